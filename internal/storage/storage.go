@@ -1,0 +1,125 @@
+// Package storage keeps container and image filesystems in a storage pool.
+//
+// Vocabulary:
+//
+//   - Pool: the place one driver keeps all its volumes, e.g. a btrfs
+//     filesystem on a loop-mounted file under the daemon's root, or a plain
+//     directory. A pool is mounted (made usable) at daemon start and
+//     unmounted when the daemon stops with nothing running.
+//   - Volume: one named filesystem tree in the pool. Its Type says what it
+//     holds: an unpacked image ("image", read-only once filled), a container's
+//     root filesystem ("container"), or a point-in-time copy of a container
+//     ("snapshot", named "CONTAINER/SNAP").
+//   - Clone: a new volume whose content starts as a copy of another. On btrfs
+//     this is a subvolume snapshot (constant time, copy-on-write); on dir it is
+//     a full copy.
+//
+// Drivers are listed in one map of constructors (see drivers.go). Callers test
+// a driver's capabilities in Info, never its name. A driver that cannot work
+// on this host returns an error wrapping ErrNotSupported, so the caller can
+// fall back (btrfs -> dir).
+package storage
+
+import (
+	"context"
+	"errors"
+)
+
+// VolumeType says what a volume holds.
+type VolumeType string
+
+// Volume types.
+const (
+	VolumeImage     VolumeType = "image"
+	VolumeContainer VolumeType = "container"
+	VolumeSnapshot  VolumeType = "snapshot"
+)
+
+// Volume names one filesystem tree in a pool. Snapshot volumes are named
+// "CONTAINER/SNAP"; every other name is a single path element.
+type Volume struct {
+	Type VolumeType
+	Name string
+}
+
+// Info describes a driver's capabilities as data.
+type Info struct {
+	// Name is the driver's name as used in configuration ("btrfs", "dir").
+	Name string
+	// InstantClone is true when CloneVolume takes constant time whatever the
+	// volume's size (copy-on-write).
+	InstantClone bool
+	// BlockBacked is true when the pool lives on block devices that
+	// BlockDevices can name (used for block I/O limits).
+	BlockBacked bool
+}
+
+// Usage is a pool's or a volume's space accounting, in bytes.
+type Usage struct {
+	Total uint64 `json:"total"`
+	Used  uint64 `json:"used"`
+	Free  uint64 `json:"free"`
+}
+
+// Config selects and configures a pool.
+type Config struct {
+	// Driver is a key of the Drivers map ("btrfs" or "dir").
+	Driver string
+	// Root is the directory the pool is mounted at (btrfs) or lives in (dir).
+	Root string
+	// Source, for btrfs, is either empty (use a loop-backed image file
+	// LoopFile, created on first Mount) or a path on an existing btrfs
+	// filesystem to use as-is (nothing is mounted then).
+	Source string
+	// LoopFile is where the loop-backed pool image lives when Source is empty.
+	LoopFile string
+	// Size is the size of a new loop-backed pool image in bytes.
+	Size int64
+}
+
+// Driver is the small interface every storage backend implements.
+// Every method that blocks or runs a process takes ctx first.
+type Driver interface {
+	// Info returns the driver's capabilities.
+	Info() Info
+	// Mount makes the pool usable: on first use it creates it (pool image,
+	// mkfs); later it only attaches and mounts it. Mount is idempotent.
+	Mount(ctx context.Context) error
+	// Unmount releases the pool (unmount, detach loop device). Volumes stay
+	// on disk. Unmount is idempotent.
+	Unmount(ctx context.Context) error
+	// Path returns the host path of a volume's tree (it need not exist).
+	Path(vol Volume) string
+	// CreateVolume creates an empty, writable volume.
+	CreateVolume(ctx context.Context, vol Volume) error
+	// CloneVolume creates dst as a copy of src; readOnly makes dst immutable.
+	CloneVolume(ctx context.Context, dst, src Volume, readOnly bool) error
+	// SetReadOnly makes a volume immutable (true) or writable (false).
+	SetReadOnly(ctx context.Context, vol Volume, readOnly bool) error
+	// DeleteVolume removes a volume and everything in it. Deleting a volume
+	// that does not exist is not an error.
+	DeleteVolume(ctx context.Context, vol Volume) error
+	// VolumeExists reports whether a volume exists.
+	VolumeExists(vol Volume) bool
+	// VolumeUsage returns the bytes a volume uses (Used only).
+	VolumeUsage(ctx context.Context, vol Volume) (uint64, error)
+	// PoolUsage returns the pool's total, used and free bytes.
+	PoolUsage(ctx context.Context) (Usage, error)
+	// BlockDevices returns the whole-disk block devices ("MAJ:MIN") backing
+	// the pool, resolved through loop devices and partitions. Drivers whose
+	// Info has BlockBacked false may return the devices of the filesystem
+	// holding Root.
+	BlockDevices(ctx context.Context) ([]string, error)
+}
+
+// Errors returned by drivers, wrapped with what was being done.
+var (
+	// ErrNotSupported says a driver cannot work on this host.
+	ErrNotSupported = errors.New("storage driver not supported on this host")
+	// ErrVolumeExists says a volume of that type and name already exists.
+	ErrVolumeExists = errors.New("volume already exists")
+	// ErrVolumeNotFound says a volume does not exist.
+	ErrVolumeNotFound = errors.New("volume not found")
+	// ErrUnknownDriver says Config.Driver names no driver.
+	ErrUnknownDriver = errors.New("unknown storage driver")
+)

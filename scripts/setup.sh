@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# setup.sh — installs everything vessel needs on a Debian 12 host, idempotently.
+#
+#   * Debian packages: runc, btrfs-progs, busybox-static, iptables, iproute2, fio,
+#     debootstrap and CRIU's build dependencies.
+#   * CRIU 4.1.1 built from Debian's source tarball into /usr/local (Debian 12's
+#     criu 3.17 fails on current kernels: vDSO layout), unless a 4.x is present.
+#   * Kernel tunables: pipe-max-size (CRIU lazy pages need ~3.2 MiB pipes) and
+#     IPv4 forwarding (container NAT).
+#
+# Re-running it is cheap: every step checks before it acts.
+set -euo pipefail
+
+CRIU_VERSION=4.1.1
+CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+CRIU_URL=${CRIU_URL:-http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_VERSION}.orig.tar.xz}
+CACHE=${VESSEL_SETUP_CACHE:-/var/cache/vessel-setup}
+
+PACKAGES=(
+	runc btrfs-progs busybox-static iptables iproute2 fio debootstrap
+	ca-certificates curl xz-utils make gcc pkgconf
+	libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler libnl-3-dev libnet1-dev libcap-dev
+	libbsd-dev libgnutls28-dev libnftables-dev uuid-dev python3-protobuf
+)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+need_root() {
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: must run as root" >&2
+		exit 1
+	fi
+}
+
+install_packages() {
+	local missing=()
+	for p in "${PACKAGES[@]}"; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+			missing+=("$p")
+		fi
+	done
+	if [ ${#missing[@]} -eq 0 ]; then
+		log "debian packages present"
+		return
+	fi
+	log "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+criu_is_4x() {
+	command -v criu >/dev/null 2>&1 && criu --version 2>/dev/null | grep -qE 'Version: 4\.'
+}
+
+build_criu() {
+	if criu_is_4x; then
+		log "criu $(criu --version | awk '/Version/{print $2}') present"
+		return
+	fi
+	mkdir -p "$CACHE"
+	local tarball="$CACHE/criu_${CRIU_VERSION}.orig.tar.xz"
+	if ! echo "$CRIU_SHA256  $tarball" | sha256sum -c --status 2>/dev/null; then
+		log "downloading $CRIU_URL"
+		curl -fsSL --retry 3 -o "$tarball.part" "$CRIU_URL"
+		mv "$tarball.part" "$tarball"
+	fi
+	echo "$CRIU_SHA256  $tarball" | sha256sum -c --status || {
+		echo "setup: criu tarball checksum mismatch" >&2
+		rm -f "$tarball"
+		exit 1
+	}
+	local src="$CACHE/criu-${CRIU_VERSION}"
+	rm -rf "$src"
+	tar -C "$CACHE" -xJf "$tarball"
+	log "building criu ${CRIU_VERSION}"
+	make -C "$src" -j"$(nproc)" criu >"$CACHE/criu-build.log" 2>&1 || {
+		tail -n 40 "$CACHE/criu-build.log" >&2
+		exit 1
+	}
+	install -D -m 0755 "$src/criu/criu" /usr/local/sbin/criu
+	hash -r
+	criu_is_4x || { echo "setup: installed criu does not report 4.x" >&2; exit 1; }
+	log "criu $(criu --version | awk '/Version/{print $2}') installed in /usr/local/sbin"
+}
+
+set_sysctl() {
+	local key=$1 want=$2 file=/proc/sys/${1//.//}
+	if [ "$(cat "$file")" -lt "$want" ]; then
+		echo "$want" >"$file"
+		log "$key = $want"
+	fi
+}
+
+tune_kernel() {
+	# CRIU's lazy-pages transfer tees pages through ~3.2 MiB pipes; without this
+	# the transfer fails with "page-pipe: tee" (root here lacks CAP_SYS_RESOURCE).
+	set_sysctl fs.pipe-max-size 16777216
+	set_sysctl net.ipv4.ip_forward 1
+	mkdir -p /etc/sysctl.d
+	cat >/etc/sysctl.d/90-vessel.conf <<CONF
+# written by vessel's setup.sh
+fs.pipe-max-size = 16777216
+net.ipv4.ip_forward = 1
+CONF
+}
+
+check_criu() {
+	if ! out=$(criu check 2>&1); then
+		echo "setup: 'criu check' failed:" >&2
+		echo "$out" >&2
+		exit 1
+	fi
+	log "criu check: $(echo "$out" | tail -n 1)"
+}
+
+need_root
+install_packages
+build_criu
+tune_kernel
+check_criu
