@@ -1,0 +1,81 @@
+package api
+
+import "time"
+
+// Instance statuses.
+const (
+	StatusRunning  = "Running"
+	StatusStopped  = "Stopped"
+	StatusFrozen   = "Frozen"
+	StatusStarting = "Starting"
+	StatusStopping = "Stopping"
+	StatusError    = "Error"
+)
+
+// Instance is a container as the API shows it.
+type Instance struct {
+	Name       string            `json:"name"`
+	Status     string            `json:"status"`
+	Image      string            `json:"image"`
+	Created    time.Time         `json:"created"`
+	LastStart  time.Time         `json:"last_start,omitzero"`
+	Config     map[string]string `json:"config"`
+	OS         OS                `json:"os"`
+	IPv4       string            `json:"ipv4,omitempty"`
+	PID        int               `json:"pid,omitempty"`
+	Location   string            `json:"location,omitempty"`
+	StopSignal string            `json:"stop_signal,omitempty"`
+	LastExit   *InstanceExit     `json:"last_exit,omitempty"`
+	// State is live usage; filled for single-instance GETs.
+	State *InstanceState `json:"state,omitempty"`
+}
+
+// InstanceExit says how the container's init last ended.
+type InstanceExit struct {
+	Status int       `json:"status"`
+	Signal string    `json:"signal,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// InstanceState is a running container's live usage, read from its cgroups.
+type InstanceState struct {
+	CPUUsageNS  uint64 `json:"cpu_usage_ns"`
+	MemoryUsage uint64 `json:"memory_usage"`
+	MemoryLimit uint64 `json:"memory_limit,omitempty"`
+	Processes   uint64 `json:"processes"`
+	Cgroup      string `json:"cgroup"`
+}
+
+// InstanceSource says where a new container's root filesystem comes from.
+type InstanceSource struct {
+	// Type is "image".
+	Type string `json:"type"`
+	// Image is an alias, a fingerprint or a unique fingerprint prefix.
+	Image string `json:"image"`
+}
+
+// InstancesPost is POST /1.0/instances.
+type InstancesPost struct {
+	Name   string            `json:"name"`
+	Source InstanceSource    `json:"source"`
+	Config map[string]string `json:"config,omitempty"`
+	// Start the container once created (launch).
+	Start bool `json:"start"`
+}
+
+// Instance state actions.
+const (
+	ActionStart   = "start"
+	ActionStop    = "stop"
+	ActionRestart = "restart"
+)
+
+// InstanceStatePut is PUT /1.0/instances/NAME/state.
+type InstanceStatePut struct {
+	Action string `json:"action"`
+	// Timeout is how long a graceful stop may take, in seconds, before the
+	// container is killed; 0 means the default (30 s).
+	Timeout int `json:"timeout"`
+	// Force kills at once instead of asking init to shut down.
+	Force bool `json:"force"`
+}

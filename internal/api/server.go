@@ -1,0 +1,48 @@
+package api
+
+// Server is GET /1.0: the daemon and its host.
+type Server struct {
+	APIVersion string `json:"api_version"`
+	// Host is the daemon's host name (a remote's identity in a cluster).
+	Host HostInfo `json:"host"`
+}
+
+// HostInfo is the host inventory: what runs where (the OpenVZ statistics
+// idea of host and container distributions).
+type HostInfo struct {
+	Hostname      string `json:"hostname"`
+	VesselVersion string `json:"vessel_version"`
+	OS            OS     `json:"os"`
+	Kernel        string `json:"kernel"`
+	Architecture  string `json:"architecture"`
+	CPUs          int    `json:"cpus"`
+	MemoryTotal   uint64 `json:"memory_total"`
+	CgroupVersion string `json:"cgroup_version"`
+	StorageDriver string `json:"storage_driver"`
+	RuncVersion   string `json:"runc_version"`
+	CRIUVersion   string `json:"criu_version"`
+	CRIUCheck     string `json:"criu_check"`
+	Instances     int    `json:"instances"`
+	InstancesUp   int    `json:"instances_running"`
+}
+
+// OS names a distribution (from os-release).
+type OS struct {
+	ID         string `json:"id,omitempty"`
+	Name       string `json:"name,omitempty"`
+	VersionID  string `json:"version_id,omitempty"`
+	PrettyName string `json:"pretty_name,omitempty"`
+}
+
+// StoragePool is GET /1.0/storage: the storage pool and its usage.
+type StoragePool struct {
+	Driver       string         `json:"driver"`
+	Path         string         `json:"path"`
+	Source       string         `json:"source,omitempty"`
+	InstantClone bool           `json:"instant_clone"`
+	Total        uint64         `json:"total"`
+	Used         uint64         `json:"used"`
+	Free         uint64         `json:"free"`
+	Devices      []string       `json:"devices,omitempty"`
+	Volumes      map[string]int `json:"volumes"`
+}

@@ -1,0 +1,211 @@
+// Package cgroups manages the control groups vessel puts containers (and,
+// later, its own control plane) in.
+//
+// Vocabulary:
+//
+//   - Path: a cgroup's path below the hierarchy root, the same in every
+//     hierarchy, e.g. "/vessel/web1". On cgroup v1 a cgroup exists once per
+//     mounted controller (cpu, memory, blkio, ...); on v2 once in the single
+//     unified tree. Callers never see the difference: New picks the backend
+//     from the host.
+//   - Parent: the cgroup every container cgroup lives under ("/vessel" by
+//     default, configurable so several daemons can share a host).
+//
+// The v1 and v2 backends are the ones runc itself uses
+// (github.com/opencontainers/cgroups); this package is the small interface
+// vessel needs on top of them.
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	occgroups "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+)
+
+// Version is the cgroup hierarchy layout of the host.
+type Version int
+
+// Host cgroup layouts.
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+func (v Version) String() string {
+	if v == V2 {
+		return "v2"
+	}
+	return "v1"
+}
+
+// HostVersion reports which layout the host uses. A hybrid host (v1
+// controllers plus an empty v2 tree) counts as v1.
+func HostVersion() Version {
+	if occgroups.IsCgroup2UnifiedMode() {
+		return V2
+	}
+	return V1
+}
+
+// ErrInvalidPath says a cgroup path is not absolute and clean.
+var ErrInvalidPath = errors.New("invalid cgroup path")
+
+// Stats is a cgroup's current resource usage.
+type Stats struct {
+	// CPUUsage is the CPU time used, in nanoseconds.
+	CPUUsage uint64 `json:"cpu_usage_ns"`
+	// MemoryUsage is the memory in use, in bytes (cache included).
+	MemoryUsage uint64 `json:"memory_usage_bytes"`
+	// MemoryLimit is the memory limit in bytes (0 when unlimited).
+	MemoryLimit uint64 `json:"memory_limit_bytes"`
+	// Pids is the number of tasks.
+	Pids uint64 `json:"pids"`
+}
+
+// Manager controls one cgroup.
+type Manager interface {
+	// Path returns the cgroup's path below the hierarchy roots.
+	Path() string
+	// Create makes the cgroup in every controller (idempotent).
+	Create() error
+	// Exists reports whether the cgroup exists.
+	Exists() bool
+	// Pids lists the processes in the cgroup and its descendants.
+	Pids() ([]int, error)
+	// Freeze stops every task in the cgroup and waits until they are frozen.
+	Freeze(ctx context.Context) error
+	// Thaw resumes a frozen cgroup.
+	Thaw() error
+	// Stats returns current usage.
+	Stats() (Stats, error)
+	// Destroy removes the cgroup (and empty child cgroups) in every
+	// controller; missing cgroups are not an error.
+	Destroy() error
+}
+
+// New returns the manager of the cgroup at path (it is not created).
+func New(path string) (Manager, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidPath, path)
+	}
+	cfg := &occgroups.Cgroup{
+		Path: path,
+		// Device rules are the OCI runtime's business (runc applies the
+		// container's). With no rules here, Set never writes devices.*
+		// files, while Create still makes the devices cgroup like every
+		// other controller's.
+		Resources: &occgroups.Resources{},
+	}
+	m, err := manager.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return &cgroup{path: path, m: m}, nil
+}
+
+type cgroup struct {
+	path string
+	m    occgroups.Manager
+}
+
+func (c *cgroup) Path() string { return c.path }
+
+func (c *cgroup) Create() error {
+	// Apply(-1) creates the cgroup in every controller without moving a
+	// process into it.
+	if err := c.m.Apply(-1); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroup) Exists() bool {
+	for _, p := range c.m.GetPaths() {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cgroup) Pids() ([]int, error) {
+	pids, err := c.m.GetAllPids()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list pids of cgroup %s: %w", c.path, err)
+	}
+	return pids, nil
+}
+
+func (c *cgroup) Freeze(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- c.m.Freeze(occgroups.Frozen) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("freeze cgroup %s: %w", c.path, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The freeze keeps trying in its goroutine; thaw so we never leave a
+		// half-frozen cgroup behind when the caller gives up.
+		go func() { <-done; _ = c.m.Freeze(occgroups.Thawed) }()
+		return fmt.Errorf("freeze cgroup %s: %w", c.path, ctx.Err())
+	}
+}
+
+func (c *cgroup) Thaw() error {
+	if err := c.m.Freeze(occgroups.Thawed); err != nil {
+		return fmt.Errorf("thaw cgroup %s: %w", c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroup) Stats() (Stats, error) {
+	s, err := c.m.GetStats()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats of cgroup %s: %w", c.path, err)
+	}
+	out := Stats{
+		CPUUsage:    s.CpuStats.CpuUsage.TotalUsage,
+		MemoryUsage: s.MemoryStats.Usage.Usage,
+		Pids:        s.PidsStats.Current,
+	}
+	// An unlimited v1 memory cgroup reports a page-rounded "max int64".
+	if l := s.MemoryStats.Usage.Limit; l > 0 && l < 1<<62 {
+		out.MemoryLimit = l
+	}
+	return out, nil
+}
+
+func (c *cgroup) Destroy() error {
+	if err := c.m.Destroy(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cgroup %s: %w", c.path, err)
+	}
+	return nil
+}
+
+// ProcessCgroup returns the cgroup path of a process in the hierarchy that
+// holds the given v1 controller (ignored on v2), e.g. "/vessel/web1".
+func ProcessCgroup(pid int, controller string) (string, error) {
+	paths, err := occgroups.ParseCgroupFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", fmt.Errorf("cgroups of pid %d: %w", pid, err)
+	}
+	if HostVersion() == V2 {
+		return paths[""], nil
+	}
+	for k, v := range paths {
+		for _, c := range strings.Split(k, ",") {
+			if c == controller {
+				return v, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("pid %d: no %s controller", pid, controller)
+}
