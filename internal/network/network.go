@@ -17,6 +17,10 @@
 //
 // Address allocation is pure logic (Allocate): the caller passes the addresses
 // already in use (from its state store) and persists the result.
+//
+// A Manager's methods build and remove kernel objects; the caller serializes
+// calls for the same container name, and does not run Setup or Teardown
+// concurrently with Attach. Calls for different names may run concurrently.
 package network
 
 import (
@@ -62,4 +66,15 @@ var (
 	ErrAddressInUse = errors.New("address already in use")
 	// ErrAddressOutside says a requested address is not a host address of the subnet.
 	ErrAddressOutside = errors.New("address outside the subnet")
+	// ErrInvalidSubnet says a subnet is not an IPv4 prefix with room for at
+	// least one container besides the gateway.
+	ErrInvalidSubnet = errors.New("invalid subnet")
+	// ErrInvalidConfig says a Config cannot be used; the message names the field.
+	ErrInvalidConfig = errors.New("invalid network config")
+	// ErrInvalidName says a container name cannot name a netns file.
+	ErrInvalidName = errors.New("invalid container name")
+	// ErrNotBridge says a link with the bridge's name exists but is not a bridge.
+	ErrNotBridge = errors.New("link exists and is not a bridge")
+	// ErrNoBridge says the bridge does not exist (Setup has not run).
+	ErrNoBridge = errors.New("bridge does not exist")
 )
