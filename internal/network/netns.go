@@ -1,0 +1,153 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	"github.com/moby/sys/mountinfo"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ensureNetnsDir creates dir and makes it a private mount, bind-mounting it
+// on itself first if it is not a mount point yet (the trick `ip netns add`
+// plays with /run/netns). Private propagation keeps the nsfs mounts made in
+// it from being copied into, or held by, peer mount namespaces.
+func ensureNetnsDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	// Changing propagation fails with EINVAL unless dir is a mount's root.
+	err := unix.Mount("", dir, "", unix.MS_PRIVATE, "")
+	if errors.Is(err, unix.EINVAL) {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mount %s on itself: %w", dir, err)
+		}
+		err = unix.Mount("", dir, "", unix.MS_PRIVATE, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make %s a private mount: %w", dir, err)
+	}
+	return nil
+}
+
+// removeNetnsDir removes dir if it holds no file; a dir with netns files in
+// it is left as it is. A mount on dir (Setup's bind mount) is detached first.
+func removeNetnsDir(dir string) error {
+	empty, err := dirEmpty(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return nil
+	}
+	mounted, err := mountinfo.Mounted(dir)
+	if err != nil {
+		return fmt.Errorf("check mount on %s: %w", dir, err)
+	}
+	if mounted {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// dirEmpty reports whether dir has no entries.
+func dirEmpty(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", dir, err)
+	}
+	return false, nil
+}
+
+// createNetns creates a new network namespace and bind-mounts it on path,
+// which must not exist. The calling goroutine's namespace is not changed:
+// the work runs on a separate goroutine locked to its own OS thread.
+func createNetns(path string) (err error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("create netns file: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- bindNewNetns(path) }()
+	return <-errc
+}
+
+// bindNewNetns moves the current thread into a new network namespace, binds
+// that namespace on path and moves the thread back. It must run on a
+// goroutine of its own: if the thread cannot be moved back, the goroutine
+// ends with the thread still locked, and the Go runtime then ends the thread
+// instead of scheduling other goroutines on it in the wrong namespace.
+func bindNewNetns(path string) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open current netns: %w", err)
+	}
+	defer orig.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("unshare netns: %w", err)
+	}
+	src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+	mountErr := unix.Mount(src, path, "none", unix.MS_BIND, "")
+	if err := netns.Set(orig); err != nil {
+		// Thread stays locked: see above.
+		return errors.Join(mountErr, fmt.Errorf("restore netns of thread: %w", err))
+	}
+	runtime.UnlockOSThread()
+	if mountErr != nil {
+		return fmt.Errorf("bind-mount new netns on %s: %w", path, mountErr)
+	}
+	return nil
+}
+
+// removeNetns detaches the netns mount on path and removes the file. Both
+// may already be gone. Processes still in the namespace keep it alive.
+func removeNetns(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	// EINVAL: path is not a mount point (a file left by a crash between
+	// creating and mounting it). ENOENT: no file at all.
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount netns %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove netns file: %w", err)
+	}
+	return nil
+}
+
+// isNetnsMount reports whether path is a mounted network namespace (nsfs).
+func isNetnsMount(path string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.NSFS_MAGIC
+}
