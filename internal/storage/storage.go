@@ -14,6 +14,10 @@
 //     this is a subvolume snapshot (constant time, copy-on-write); on dir it is
 //     a full copy.
 //
+// Every pool lays its volumes out the same way under its root:
+// images/NAME, containers/NAME and snapshots/CONTAINER/SNAP. Names are
+// checked (ErrInvalidVolume), so no volume can reach outside its directory.
+//
 // Drivers are listed in one map of constructors (see drivers.go). Callers test
 // a driver's capabilities in Info, never its name. A driver that cannot work
 // on this host returns an error wrapping ErrNotSupported, so the caller can
@@ -69,7 +73,8 @@ type Config struct {
 	Root string
 	// Source, for btrfs, is either empty (use a loop-backed image file
 	// LoopFile, created on first Mount) or a path on an existing btrfs
-	// filesystem to use as-is (nothing is mounted then).
+	// filesystem to use as-is (nothing is mounted then, and Source, not
+	// Root, is the pool root).
 	Source string
 	// LoopFile is where the loop-backed pool image lives when Source is empty.
 	LoopFile string

@@ -1,0 +1,271 @@
+package storage
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// poolLabel is the filesystem label of loop-backed pools.
+	poolLabel = "vessel"
+	// btrfsMountFlags and btrfsMountData are the mount options of a
+	// loop-backed pool: no atime updates (they would turn every read in a
+	// container into metadata writes, unshared across snapshots), and
+	// subvolume deletion by unprivileged owners (for nested container
+	// managers). Compression stays off (the default): it costs CPU on
+	// every write, and container images are mostly compressed already.
+	btrfsMountFlags = unix.MS_NOATIME
+	btrfsMountData  = "user_subvol_rm_allowed"
+	// loopReleaseTimeout is how long Unmount waits for a detached loop
+	// device's last user to let go.
+	loopReleaseTimeout = 2 * time.Second
+)
+
+// Mount implements Driver. A Source pool is only checked (it must be on
+// btrfs) and given its layout. A loop-backed pool's image is created
+// (sparse) and formatted on first use; then, unless Root already has it
+// mounted, the image is bound to a loop device with autoclear (or the loop
+// device already bound to it is reused) and mounted at Root.
+func (d *btrfsDriver) Mount(ctx context.Context) error {
+	if err := d.checkSupport(); err != nil {
+		return err
+	}
+	if d.source != "" {
+		if err := d.checkMounted(); errors.Is(err, ErrNotMounted) {
+			return fmt.Errorf("btrfs Source %s is not a directory on btrfs: %w", d.source, ErrInvalidConfig)
+		} else if err != nil {
+			return err
+		}
+		return makeLayout(d.root)
+	}
+	if err := d.ensureImage(ctx); err != nil {
+		return err
+	}
+	if err := d.mountImage(); err != nil {
+		return err
+	}
+	return makeLayout(d.root)
+}
+
+// checkSupport returns an error wrapping ErrNotSupported if the kernel has
+// no btrfs or btrfs-progs is missing.
+func (d *btrfsDriver) checkSupport() error {
+	ok, err := kernelHasBtrfs()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("kernel has no btrfs filesystem: %w", ErrNotSupported)
+	}
+	return d.tool.checkBtrfs()
+}
+
+// kernelHasBtrfs reports whether the kernel supports btrfs.
+// /proc/filesystems lists only registered filesystems, so btrfs built as a
+// module that nothing loaded yet is missing there; fsopen(2) asks for the
+// type by name, which loads the module as a mount would.
+func kernelHasBtrfs() (bool, error) {
+	listed, err := procFilesystemsHas("btrfs")
+	if err != nil || listed {
+		return listed, err
+	}
+	fd, err := unix.Fsopen("btrfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return false, nil // ENODEV: unknown type; ENOSYS: too old to load it this way
+	}
+	unix.Close(fd)
+	return true, nil
+}
+
+// procFilesystemsHas reports whether /proc/filesystems lists fstype.
+func procFilesystemsHas(fstype string) (bool, error) {
+	f, err := os.Open("/proc/filesystems")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text()) // "nodev\tproc" or "\tbtrfs"
+		if len(fields) > 0 && fields[len(fields)-1] == fstype {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// ensureImage creates and formats the pool image unless it exists. It is
+// built under a temporary name and renamed into place, so an interrupted
+// first Mount never leaves an unformatted image behind.
+func (d *btrfsDriver) ensureImage(ctx context.Context) error {
+	if ok, err := pathExists(d.loopFile); err != nil || ok {
+		return err
+	}
+	if err := d.tool.checkMkfs(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(d.loopFile), 0o700); err != nil {
+		return fmt.Errorf("create pool image: %w", err)
+	}
+	tmp := d.loopFile + ".new"
+	if err := createSparse(tmp, d.size); err != nil {
+		return err
+	}
+	if err := d.tool.mkfs(ctx, tmp, mkfsOpts{Label: poolLabel, Force: true}); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("create pool image: %w", err)
+	}
+	if err := os.Rename(tmp, d.loopFile); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("create pool image: %w", err)
+	}
+	return nil
+}
+
+// createSparse creates (or truncates) path as a sparse file of size bytes.
+func createSparse(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create pool image: %w", err)
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("create pool image: %w", err)
+	}
+	return nil
+}
+
+// mountImage mounts the pool image at Root unless it is mounted there.
+func (d *btrfsDriver) mountImage() error {
+	if err := os.MkdirAll(d.root, layoutMode); err != nil {
+		return fmt.Errorf("mount pool: %w", err)
+	}
+	m, ours, err := d.rootMount()
+	if err != nil || ours {
+		return err
+	}
+	if m != nil {
+		return fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
+	}
+	dev, err := d.loopDevice()
+	if err != nil {
+		return err
+	}
+	// Closing our hold after the mount leaves the mount as the device's
+	// only user; closing it after a failed mount detaches the device.
+	defer dev.Close()
+	if err := unix.Mount(dev.Path, d.root, "btrfs", btrfsMountFlags, btrfsMountData); err != nil {
+		return fmt.Errorf("mount %s (%s) at %s: %w", dev.Path, d.loopFile, d.root, err)
+	}
+	return nil
+}
+
+// loopDevice returns a loop device bound to the pool image: one bound
+// already (a second device for the same image would show btrfs the same
+// filesystem twice), else a new one with autoclear, held open.
+func (d *btrfsDriver) loopDevice() (*loopDevice, error) {
+	bound, err := findLoops(d.loopFile)
+	if err != nil {
+		return nil, err
+	}
+	if len(bound) > 0 {
+		return &loopDevice{Path: bound[0]}, nil
+	}
+	return attachLoop(d.loopFile, loopAttachOpts{Autoclear: true})
+}
+
+// rootMount returns the mount at Root (the topmost, if several are stacked)
+// or nil, and whether it is the pool image's filesystem.
+func (d *btrfsDriver) rootMount() (*mountinfo.Info, bool, error) {
+	root, err := filepath.EvalSymlinks(d.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("pool mount: %w", err)
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(root))
+	if err != nil {
+		return nil, false, fmt.Errorf("pool mount: %w", err)
+	}
+	if len(mounts) == 0 {
+		return nil, false, nil
+	}
+	m := mounts[len(mounts)-1]
+	if m.FSType != "btrfs" || !strings.HasPrefix(m.Source, "/dev/loop") {
+		return m, false, nil
+	}
+	backing, bound, err := loopBackingFile(filepath.Base(m.Source))
+	if err != nil || !bound {
+		return m, false, err
+	}
+	return m, sameFile(backing, d.loopFile), nil
+}
+
+// sameFile reports whether paths a and b name the same existing file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
+}
+
+// Unmount implements Driver. A Source pool is left alone. A loop-backed
+// pool is unmounted from Root if it is mounted there (a foreign mount at
+// Root is left alone); autoclear then detaches its loop device, and any loop
+// device still bound to the image afterwards is detached explicitly.
+func (d *btrfsDriver) Unmount(ctx context.Context) error {
+	if d.source != "" {
+		return nil
+	}
+	_, ours, err := d.rootMount()
+	if err != nil {
+		return err
+	}
+	if ours {
+		if err := unix.Unmount(d.root, 0); err != nil {
+			return fmt.Errorf("unmount pool %s: %w", d.root, err)
+		}
+	}
+	return d.releaseLoops(ctx)
+}
+
+// releaseLoops makes sure no loop device is bound to the pool image. After
+// our unmount, autoclear has normally detached the device already; one left
+// bound (attached without autoclear, e.g. by an older kernel path or by
+// hand) is detached, which the kernel defers until its last user closes it.
+func (d *btrfsDriver) releaseLoops(ctx context.Context) error {
+	devs, err := findLoops(d.loopFile)
+	if err != nil {
+		return err
+	}
+	for _, dev := range devs {
+		if err := detachLoop(dev); err != nil {
+			return err
+		}
+		gone, err := waitLoopUnbound(ctx, dev, loopReleaseTimeout)
+		if err != nil {
+			return fmt.Errorf("release %s: %w", dev, err)
+		}
+		if !gone {
+			return fmt.Errorf("release %s of pool image %s: still in use after %v (mounted elsewhere?)", dev, d.loopFile, loopReleaseTimeout)
+		}
+	}
+	return nil
+}

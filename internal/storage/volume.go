@@ -1,0 +1,164 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Pool layout: every driver keeps its volumes under its root as
+//
+//	images/NAME
+//	containers/NAME
+//	snapshots/CONTAINER/SNAP
+//
+// plus stagingDir for work in progress that must not look like a volume.
+var typeDirs = map[VolumeType]string{
+	VolumeImage:     "images",
+	VolumeContainer: "containers",
+	VolumeSnapshot:  "snapshots",
+}
+
+// stagingDir holds half-built copies (dir clones, dir deletes) inside the
+// pool root, on the same filesystem as the volumes so a rename publishes them.
+const stagingDir = ".staging"
+
+// layoutMode is the mode of the pool's top-level directories: traversable
+// for idmapped container users, but not listable by other host users.
+const layoutMode = 0o711
+
+// maxNameLen is the longest volume name element (NAME_MAX).
+const maxNameLen = 255
+
+// String names a volume in messages, e.g. `snapshot volume "c1/s1"`.
+func (v Volume) String() string {
+	return fmt.Sprintf("%s volume %q", v.Type, v.Name)
+}
+
+// validateVolume checks vol's type and that its name is one path element, or
+// exactly two ("CONTAINER/SNAP") for a snapshot, so a name can never leave
+// its type's directory.
+func validateVolume(vol Volume) error {
+	if _, ok := typeDirs[vol.Type]; !ok {
+		return fmt.Errorf("%s: unknown volume type: %w", vol, ErrInvalidVolume)
+	}
+	elems := []string{vol.Name}
+	if vol.Type == VolumeSnapshot {
+		elems = strings.Split(vol.Name, "/")
+		if len(elems) != 2 {
+			return fmt.Errorf("%s: snapshot names have the form CONTAINER/SNAP: %w", vol, ErrInvalidVolume)
+		}
+	}
+	for _, e := range elems {
+		if err := validateNameElem(e); err != nil {
+			return fmt.Errorf("%s: %s: %w", vol, err, ErrInvalidVolume)
+		}
+	}
+	return nil
+}
+
+// validateNameElem checks one path element of a volume name.
+func validateNameElem(e string) error {
+	switch {
+	case e == "":
+		return errors.New("empty name")
+	case e == "." || e == "..":
+		return fmt.Errorf("name %q is reserved", e)
+	case strings.ContainsAny(e, "/\x00"):
+		return errors.New("name contains '/' or NUL")
+	case len(e) > maxNameLen:
+		return fmt.Errorf("name longer than %d bytes", maxNameLen)
+	}
+	return nil
+}
+
+// volumePath returns the path of vol under root, or "" if vol is invalid.
+func volumePath(root string, vol Volume) string {
+	if validateVolume(vol) != nil {
+		return ""
+	}
+	return filepath.Join(root, typeDirs[vol.Type], vol.Name)
+}
+
+// makeLayout creates the pool's type directories under root.
+func makeLayout(root string) error {
+	for _, dir := range typeDirs {
+		if err := os.MkdirAll(filepath.Join(root, dir), layoutMode); err != nil {
+			return fmt.Errorf("create pool layout: %w", err)
+		}
+	}
+	return nil
+}
+
+// makeParent creates the directory a new volume goes in (it exists already
+// for images and containers; for a snapshot it is snapshots/CONTAINER).
+func makeParent(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), layoutMode); err != nil {
+		return fmt.Errorf("create parent of %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeEmptyParent removes snapshots/CONTAINER after a snapshot is deleted
+// if no other snapshot of that container is left in it.
+func removeEmptyParent(vol Volume, path string) error {
+	if vol.Type != VolumeSnapshot {
+		return nil
+	}
+	err := os.Remove(filepath.Dir(path))
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) {
+		return nil // ErrExist: ENOTEMPTY, other snapshots remain
+	}
+	return fmt.Errorf("remove empty snapshot directory: %w", err)
+}
+
+// pathExists reports whether path exists (without following a final
+// symlink); errors other than "does not exist" are returned.
+func pathExists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
+// volumeExists reports whether vol is valid and its path under root exists.
+func volumeExists(root string, vol Volume) bool {
+	path := volumePath(root, vol)
+	if path == "" {
+		return false
+	}
+	ok, _ := pathExists(path)
+	return ok
+}
+
+// checkNew returns an error wrapping ErrVolumeExists if vol's path exists.
+func checkNew(vol Volume, path string) error {
+	ok, err := pathExists(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", vol, err)
+	}
+	if ok {
+		return fmt.Errorf("%s: %w", vol, ErrVolumeExists)
+	}
+	return nil
+}
+
+// checkExisting returns an error wrapping ErrVolumeNotFound if vol's path
+// does not exist.
+func checkExisting(vol Volume, path string) error {
+	ok, err := pathExists(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", vol, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w", vol, ErrVolumeNotFound)
+	}
+	return nil
+}
