@@ -12,13 +12,13 @@ func busyboxEnv() []string {
 // busyboxInittab has no getty (a container has no console tty): after
 // sysinit busybox init just idles, reaping orphans. On SIGUSR2 it runs the
 // shutdown actions, kills everything and calls reboot(RB_POWER_OFF), which
-// in a PID namespace makes init exit.
+// in a PID namespace makes init exit. There is no "umount -a": the
+// container's mounts belong to the runtime and go with its mount namespace.
 const busyboxInittab = `# /etc/inittab for busybox init: vessel built-in image.
 # No getty: a container has no console tty. init idles after sysinit and
 # powers off on SIGUSR2, vessel's stop signal for this image.
 ::sysinit:/etc/init.d/rcS
 ::shutdown:/etc/init.d/rcK
-::shutdown:/bin/umount -a -r
 `
 
 // busyboxRcS boots the container. Vessel configures eth0 from the host
@@ -37,7 +37,9 @@ export PATH
 
 grep -qs ' /run ' /proc/mounts || mount -t tmpfs -o nosuid,nodev,mode=0755 tmpfs /run 2>/dev/null
 
-[ -s /etc/hostname ] && hostname -F /etc/hostname
+# The runtime sets the hostname already (and the container may not).
+want=$(cat /etc/hostname 2>/dev/null)
+[ -n "$want" ] && [ "$want" != "$(hostname)" ] && hostname "$want" 2>/dev/null
 
 case "$(ip -o link show lo 2>/dev/null)" in
 *"<UP,"* | *",UP,"* | *",UP>"*) ;;

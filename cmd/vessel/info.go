@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vesselhost/vessel/internal/api"
+)
+
+func newInfoCmd(g *globals) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "info [[REMOTE:]NAME | REMOTE:]",
+		Short: "Show the host's inventory, or a container's details and live usage",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 || strings.HasSuffix(args[0], ":") {
+				arg := ""
+				if len(args) == 1 {
+					arg = args[0]
+				}
+				c, err := connectRemote(arg)
+				if err != nil {
+					return err
+				}
+				srv, err := c.Server(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printKV(cmd.OutOrStdout(), format, hostPairs(srv.Host), srv)
+			}
+			c, r, err := connect(args[0])
+			if err != nil {
+				return err
+			}
+			inst, err := c.Instance(cmd.Context(), r.name)
+			if err != nil {
+				return err
+			}
+			return printKV(cmd.OutOrStdout(), format, instancePairs(inst), inst)
+		},
+	}
+	addFormatFlag(cmd, &format)
+	return cmd
+}
+
+func hostPairs(h api.HostInfo) [][2]string {
+	return [][2]string{
+		{"Host", h.Hostname},
+		{"Distribution", nonEmpty(h.OS.PrettyName, distro(h.OS))},
+		{"Kernel", h.Kernel},
+		{"Architecture", h.Architecture},
+		{"CPUs", fmt.Sprint(h.CPUs)},
+		{"Memory", humanBytes(h.MemoryTotal)},
+		{"Cgroups", h.CgroupVersion},
+		{"Storage driver", h.StorageDriver},
+		{"runc", h.RuncVersion},
+		{"CRIU", h.CRIUVersion},
+		{"CRIU check", h.CRIUCheck},
+		{"Containers", fmt.Sprintf("%d (%d running)", h.Instances, h.InstancesUp)},
+		{"vessel", h.VesselVersion},
+	}
+}
+
+func instancePairs(i api.Instance) [][2]string {
+	p := [][2]string{
+		{"Name", i.Name},
+		{"Status", i.Status},
+		{"Location", i.Location},
+		{"Distribution", nonEmpty(i.OS.PrettyName, distro(i.OS))},
+		{"Image", i.Image},
+		{"IPv4", i.IPv4},
+		{"Created", i.Created.Local().Format(time.RFC3339)},
+	}
+	if !i.LastStart.IsZero() {
+		p = append(p, [2]string{"Last start", i.LastStart.Local().Format(time.RFC3339)})
+	}
+	if i.PID != 0 {
+		p = append(p, [2]string{"PID", fmt.Sprint(i.PID)})
+	}
+	if e := i.LastExit; e != nil && i.Status != api.StatusRunning {
+		how := fmt.Sprintf("status %d", e.Status)
+		if e.Signal != "" {
+			how = "signal " + e.Signal
+		}
+		p = append(p, [2]string{"Last exit", how + " at " + e.Time.Local().Format(time.RFC3339)})
+	}
+	if s := i.State; s != nil {
+		p = append(p,
+			[2]string{"CPU time", time.Duration(s.CPUUsageNS).Round(time.Millisecond).String()},
+			[2]string{"Memory", humanBytes(s.MemoryUsage)},
+			[2]string{"Processes", fmt.Sprint(s.Processes)},
+			[2]string{"Cgroup", s.Cgroup},
+		)
+		if s.MemoryLimit > 0 {
+			p = append(p, [2]string{"Memory limit", humanBytes(s.MemoryLimit)})
+		}
+	}
+	for k, v := range i.Config {
+		p = append(p, [2]string{"config " + k, v})
+	}
+	return p
+}
+
+func nonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,153 @@
+// Command vesseld is the vessel daemon: it runs system containers and
+// serves the REST API on a unix socket.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/server"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vesseld:", err)
+		os.Exit(1)
+	}
+}
+
+// env returns an environment variable's value or def.
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newRootCmd() *cobra.Command {
+	cfg := daemon.DefaultConfig()
+	var subnet, logLevel string
+	var storageSize int64
+	cmd := &cobra.Command{
+		Use:   "vesseld",
+		Short: "The vessel daemon: system containers behind a REST API",
+		Long: `vesseld runs system containers and serves vessel's REST API on a unix socket.
+
+Several daemons can run side by side when each has its own --root, --run-dir,
+--socket, --bridge, --subnet and --cgroup-parent (tests and test hosts do).
+Every flag can also be set with an environment variable VESSEL_<FLAG>
+(e.g. VESSEL_ROOT).`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("bad --log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			p, err := netip.ParsePrefix(subnet)
+			if err != nil {
+				return fmt.Errorf("bad --subnet: %w", err)
+			}
+			cfg.Subnet = p.Masked()
+			cfg.StorageSize = storageSize << 20
+			if cfg.Socket == "" {
+				cfg.Socket = daemon.DefaultSocket(cfg.Root)
+			}
+			return run(cmd.Context(), cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Root, "root", env("VESSEL_ROOT", cfg.Root), "state directory")
+	f.StringVar(&cfg.RunDir, "run-dir", env("VESSEL_RUN_DIR", cfg.RunDir), "runtime state directory")
+	f.StringVar(&cfg.Socket, "socket", env("VESSEL_SOCKET", ""), "API unix socket (default ROOT/unix.socket)")
+	f.StringVar(&cfg.Name, "name", env("VESSEL_NAME", cfg.Name), "this host's name")
+	f.StringVar(&cfg.StorageDriver, "storage-driver", env("VESSEL_STORAGE_DRIVER", cfg.StorageDriver), "storage driver: btrfs or dir")
+	f.StringVar(&cfg.StorageSource, "storage-source", env("VESSEL_STORAGE_SOURCE", ""), "existing btrfs directory to use instead of a loop-backed pool file")
+	f.Int64Var(&storageSize, "storage-size", cfg.StorageSize>>20, "size of a new loop-backed pool file, MiB")
+	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")
+	f.StringVar(&subnet, "subnet", env("VESSEL_SUBNET", cfg.Subnet.String()), "containers' IPv4 subnet")
+	f.BoolVar(&cfg.NAT, "nat", cfg.NAT, "masquerade containers' outbound traffic")
+	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
+	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: from PATH)")
+	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
+	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
+	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
+	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
+	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
+	return cmd
+}
+
+func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	started := time.Now()
+	d, err := daemon.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := listenUnix(cfg.Socket)
+	if err != nil {
+		_ = d.Shutdown(context.Background())
+		return err
+	}
+	srv := &http.Server{
+		Handler:           server.New(d, log),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("vesseld ready", "socket", cfg.Socket, "root", cfg.Root, "took", time.Since(started).Round(time.Millisecond))
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("vesseld shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	os.Remove(cfg.Socket)
+	if serr := d.Shutdown(shutCtx); serr != nil {
+		log.Warn("shutdown", "err", serr)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// listenUnix listens on a root-only unix socket, replacing a stale socket
+// file but refusing to steal one a live daemon is serving.
+func listenUnix(path string) (net.Listener, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another vesseld is already serving %s", path)
+	}
+	_ = os.Remove(path)
+	old := syscall.Umask(0o077)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

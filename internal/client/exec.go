@@ -1,0 +1,136 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/vesselhost/vessel/internal/api"
+)
+
+// ExecIO is the local side of an exec: the streams to wire and, for a
+// terminal, the size changes to forward.
+type ExecIO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Resize         <-chan api.ExecControl
+}
+
+// Exec runs a command in an instance and returns its exit code. The call
+// returns when the command has exited and its output is written.
+func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio ExecIO) (int, error) {
+	d := websocket.Dialer{
+		NetDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
+	}
+	url := "ws" + c.base[len("http"):] + "/1.0/instances/" + esc(name) + "/exec"
+	conn, resp, err := d.DialContext(ctx, url, nil)
+	if err != nil {
+		if resp != nil {
+			defer resp.Body.Close()
+			if _, derr := decodeResponse(resp, nil); derr != nil {
+				return -1, derr
+			}
+		}
+		return -1, fmt.Errorf("exec: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.WriteJSON(req); err != nil {
+		return -1, err
+	}
+
+	var wmu sync.Mutex
+	write := func(mt int, data []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return conn.WriteMessage(mt, data)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	if stdio.Stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := stdio.Stdin.Read(buf)
+				if n > 0 {
+					if werr := write(websocket.BinaryMessage, append([]byte{api.StreamStdin}, buf[:n]...)); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					_ = write(websocket.BinaryMessage, []byte{api.StreamStdin}) // EOF
+					return
+				}
+			}
+		}()
+	} else {
+		_ = write(websocket.BinaryMessage, []byte{api.StreamStdin})
+	}
+	if stdio.Resize != nil {
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case ev := <-stdio.Resize:
+					ev.Type = api.ExecResize
+					b, _ := json.Marshal(ev)
+					if write(websocket.TextMessage, b) != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			conn.Close()
+		case <-done:
+		}
+	}()
+
+	for {
+		mt, data, err := conn.ReadMessage()
+		if err != nil {
+			if ctx.Err() != nil {
+				return -1, ctx.Err()
+			}
+			return -1, fmt.Errorf("exec: connection lost before the command's exit code arrived: %w", err)
+		}
+		switch mt {
+		case websocket.BinaryMessage:
+			if len(data) < 1 {
+				continue
+			}
+			var w io.Writer
+			switch data[0] {
+			case api.StreamStdout:
+				w = stdio.Stdout
+			case api.StreamStderr:
+				w = stdio.Stderr
+			}
+			if w != nil {
+				if _, err := w.Write(data[1:]); err != nil {
+					return -1, err
+				}
+			}
+		case websocket.TextMessage:
+			var ctl api.ExecControl
+			if err := json.Unmarshal(data, &ctl); err != nil {
+				return -1, fmt.Errorf("exec: bad control message: %w", err)
+			}
+			switch ctl.Type {
+			case api.ExecExit:
+				return ctl.ExitCode, nil
+			case api.ExecError:
+				return -1, errors.New(ctl.Error)
+			}
+		}
+	}
+}

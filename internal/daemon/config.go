@@ -1,0 +1,148 @@
+package daemon
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/network"
+)
+
+// Config is everything a daemon instance needs to know. Several daemons can
+// run side by side on one machine when each has its own Root, RunDir,
+// Socket, Bridge, Subnet and CgroupParent (tests and the two-host setup do).
+type Config struct {
+	// Root holds durable state: database, images, storage pool, logs.
+	Root string
+	// RunDir holds runtime state that ends with the machine: runc state,
+	// shim state, network namespace files.
+	RunDir string
+	// Socket is the path of the API's unix socket.
+	Socket string
+	// Name is this host's name as shown to clients (default: hostname).
+	Name string
+
+	// StorageDriver is "btrfs" (default) or "dir".
+	StorageDriver string
+	// StorageSource is an existing btrfs directory to use instead of a
+	// loop-backed pool file.
+	StorageSource string
+	// StorageSize is the size of a new loop-backed pool file in bytes.
+	StorageSize int64
+
+	// Bridge, Subnet and NAT configure the containers' network.
+	Bridge string
+	Subnet netip.Prefix
+	NAT    bool
+
+	// CgroupParent is the cgroup every container's cgroup lives under.
+	CgroupParent string
+
+	// Runc, Criu, Shim and Busybox are the external binaries used (empty:
+	// looked up in PATH, or next to vesseld for the shim).
+	Runc    string
+	Criu    string
+	Shim    string
+	Busybox string
+
+	// StopTimeout is how long a graceful stop may take by default.
+	StopTimeout time.Duration
+}
+
+// Default values.
+const (
+	DefaultRoot         = "/var/lib/vessel"
+	DefaultRunDir       = "/run/vessel"
+	DefaultBridge       = "vesselbr0"
+	DefaultSubnet       = "10.87.0.0/24"
+	DefaultCgroupParent = "/vessel"
+	DefaultStorageSize  = 20 << 30
+	DefaultStopTimeout  = 30 * time.Second
+	DefaultBusybox      = "/bin/busybox"
+)
+
+// DefaultConfig returns the configuration of a stand-alone host.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Root:          DefaultRoot,
+		RunDir:        DefaultRunDir,
+		Name:          host,
+		StorageDriver: "btrfs",
+		StorageSize:   DefaultStorageSize,
+		Bridge:        DefaultBridge,
+		Subnet:        netip.MustParsePrefix(DefaultSubnet),
+		NAT:           true,
+		CgroupParent:  DefaultCgroupParent,
+		Busybox:       DefaultBusybox,
+		StopTimeout:   DefaultStopTimeout,
+	}
+}
+
+// DefaultSocket returns the API socket path for a root directory.
+func DefaultSocket(root string) string { return filepath.Join(root, "unix.socket") }
+
+func (c *Config) fill() error {
+	def := DefaultConfig()
+	if c.Root == "" {
+		c.Root = def.Root
+	}
+	if c.RunDir == "" {
+		c.RunDir = def.RunDir
+	}
+	if c.Socket == "" {
+		c.Socket = DefaultSocket(c.Root)
+	}
+	if c.Name == "" {
+		c.Name = def.Name
+	}
+	if c.StorageDriver == "" {
+		c.StorageDriver = def.StorageDriver
+	}
+	if c.StorageSize == 0 {
+		c.StorageSize = def.StorageSize
+	}
+	if c.Bridge == "" {
+		c.Bridge = def.Bridge
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = def.Subnet
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = def.CgroupParent
+	}
+	if c.Busybox == "" {
+		c.Busybox = def.Busybox
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = def.StopTimeout
+	}
+	for _, p := range []string{c.Root, c.RunDir, c.Socket} {
+		if !filepath.IsAbs(p) {
+			return errorf(ErrInvalid, "path %q must be absolute", p)
+		}
+	}
+	return nil
+}
+
+// paths derived from the configuration.
+func (c *Config) dbPath() string               { return filepath.Join(c.Root, "vessel.db") }
+func (c *Config) lockPath() string             { return filepath.Join(c.Root, "vesseld.lock") }
+func (c *Config) imagesDir() string            { return filepath.Join(c.Root, "images") }
+func (c *Config) poolRoot() string             { return filepath.Join(c.Root, "storage-pools", "default") }
+func (c *Config) poolFile() string             { return filepath.Join(c.Root, "disks", "default.img") }
+func (c *Config) bundleDir(name string) string { return filepath.Join(c.Root, "containers", name) }
+func (c *Config) logPath(name string) string {
+	return filepath.Join(c.Root, "logs", name, "console.log")
+}
+func (c *Config) runcRoot() string { return filepath.Join(c.RunDir, "runc") }
+func (c *Config) shimDir() string  { return filepath.Join(c.RunDir, "shims") }
+func (c *Config) netnsDir() string { return filepath.Join(c.RunDir, "netns") }
+func (c *Config) cgroupPath(name string) string {
+	return filepath.Join(c.CgroupParent, name)
+}
+
+func (c *Config) networkConfig() network.Config {
+	return network.Config{Bridge: c.Bridge, Subnet: c.Subnet, NetnsDir: c.netnsDir(), NAT: c.NAT}
+}

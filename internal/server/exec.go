@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/runtime"
+)
+
+var upgrader = websocket.Upgrader{
+	ReadBufferSize:  32 << 10,
+	WriteBufferSize: 32 << 10,
+	// The API is reached over a root-only unix socket or mutually
+	// authenticated TLS, never from a browser: any origin is fine.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// execInstance runs a command in an instance over a websocket; see
+// api.ExecPost for the framing.
+func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	inst, err := s.core.GetInstance(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	if inst.Status != api.StatusRunning {
+		return conflictError{fmt.Sprintf("instance %q is not running (%s)", name, strings.ToLower(inst.Status))}
+	}
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return nil // the upgrader has replied
+	}
+	defer conn.Close()
+
+	var req api.ExecPost
+	if err := conn.ReadJSON(&req); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+
+	ws := &wsWriter{conn: conn}
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan runtime.WinSize, 4)
+	go func() {
+		// Reader: stdin frames and control messages. A broken connection
+		// ends the command.
+		defer cancel()
+		defer stdinW.Close()
+		for {
+			mt, data, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			switch mt {
+			case websocket.BinaryMessage:
+				if len(data) == 0 || data[0] != api.StreamStdin {
+					continue
+				}
+				if len(data) == 1 {
+					stdinW.Close() // end of input
+					continue
+				}
+				if _, err := stdinW.Write(data[1:]); err != nil {
+					continue
+				}
+			case websocket.TextMessage:
+				var c api.ExecControl
+				if json.Unmarshal(data, &c) == nil && c.Type == api.ExecResize {
+					select {
+					case resize <- runtime.WinSize{Width: c.Width, Height: c.Height}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+
+	code, err := s.core.Exec(ctx, name, req, daemon.ExecIO{
+		Stdin:  stdinR,
+		Stdout: ws.stream(api.StreamStdout),
+		Stderr: ws.stream(api.StreamStderr),
+		Resize: resize,
+	})
+	stdinR.Close()
+	ctl := api.ExecControl{Type: api.ExecExit, ExitCode: code}
+	if err != nil {
+		ctl = api.ExecControl{Type: api.ExecError, ExitCode: -1, Error: err.Error()}
+	}
+	_ = ws.writeJSON(ctl)
+	_ = ws.close()
+	return nil
+}
+
+// wsWriter serialises writes to a websocket (gorilla allows one writer).
+type wsWriter struct {
+	mu   sync.Mutex
+	conn *websocket.Conn
+}
+
+func (w *wsWriter) stream(id byte) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		frame := make([]byte, len(p)+1)
+		frame[0] = id
+		copy(frame[1:], p)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err := w.conn.WriteMessage(websocket.BinaryMessage, frame); err != nil {
+			return 0, fmt.Errorf("exec stream: %w", err)
+		}
+		return len(p), nil
+	})
+}
+
+func (w *wsWriter) writeJSON(v any) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.conn.WriteJSON(v)
+}
+
+func (w *wsWriter) close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// conflictError is a 409 raised by the API layer itself.
+type conflictError struct{ msg string }
+
+func (e conflictError) Error() string        { return e.msg }
+func (e conflictError) Is(target error) bool { return target == daemon.ErrConflict }

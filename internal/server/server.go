@@ -1,0 +1,172 @@
+// Package server is vessel's REST API: it translates HTTP requests into the
+// daemon's actions and their results into Incus-style JSON envelopes. It
+// holds no state of its own.
+//
+// Routes are declared as data (routes.go); errors are mapped to HTTP status
+// codes in one function (statusFor).
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/network"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
+)
+
+// Core is what the API needs from the daemon.
+type Core interface {
+	ServerInfo(ctx context.Context) api.Server
+	ListInstances(ctx context.Context) ([]api.Instance, error)
+	GetInstance(ctx context.Context, name string) (api.Instance, error)
+	CreateInstance(ctx context.Context, req api.InstancesPost) (*operations.Operation, error)
+	ChangeState(ctx context.Context, name string, req api.InstanceStatePut) (*operations.Operation, error)
+	DeleteInstance(ctx context.Context, name string, force bool) (*operations.Operation, error)
+	Exec(ctx context.Context, name string, req api.ExecPost, stdio daemon.ExecIO) (int, error)
+	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
+	ListImages(ctx context.Context) ([]api.Image, error)
+	GetImage(ctx context.Context, ref string) (api.Image, error)
+	ImportImage(ctx context.Context, r io.Reader, alias string) (api.Image, error)
+	BuildImage(ctx context.Context, req api.ImageBuildPost) (*operations.Operation, error)
+	DeleteImage(ctx context.Context, ref string) error
+	StoragePool(ctx context.Context) (api.StoragePool, error)
+	Operations() *operations.Registry
+}
+
+// Server serves the API of one daemon.
+type Server struct {
+	core Core
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns the API handler for core.
+func New(core Core, log *slog.Logger) *Server {
+	s := &Server{core: core, log: log, mux: http.NewServeMux()}
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFoundRoute)
+	})
+	return s
+}
+
+var errNotFoundRoute = errors.New("not found: no such API endpoint")
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// response is what a handler returns; it knows how to write itself.
+type response interface {
+	render(w http.ResponseWriter)
+}
+
+type syncResponse struct {
+	status   int
+	metadata any
+}
+
+func (s syncResponse) render(w http.ResponseWriter) {
+	md, err := json.Marshal(s.metadata)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	writeJSON(w, s.status, api.Response{Type: api.ResponseSync, Status: http.StatusText(s.status), StatusCode: s.status, Metadata: md})
+}
+
+type asyncResponse struct{ op *operations.Operation }
+
+func (a asyncResponse) render(w http.ResponseWriter) {
+	md, _ := json.Marshal(a.op.Render())
+	w.Header().Set("Location", a.op.URL())
+	writeJSON(w, http.StatusAccepted, api.Response{
+		Type: api.ResponseAsync, Status: "Operation created", StatusCode: http.StatusAccepted,
+		Operation: a.op.URL(), Metadata: md,
+	})
+}
+
+type errorResponse struct{ err error }
+
+func (e errorResponse) render(w http.ResponseWriter) { writeError(w, e.err) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := statusFor(err)
+	writeJSON(w, code, api.Response{Type: api.ResponseError, Error: err.Error(), ErrorCode: code})
+}
+
+// statusFor maps an error to its HTTP status: the one place that does.
+func statusFor(err error) int {
+	switch {
+	case errors.Is(err, errNotFoundRoute),
+		errors.Is(err, daemon.ErrNotFound),
+		errors.Is(err, state.ErrNotFound),
+		errors.Is(err, operations.ErrNotFound),
+		errors.Is(err, storage.ErrVolumeNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, daemon.ErrInvalid), errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, daemon.ErrConflict),
+		errors.Is(err, state.ErrExists),
+		errors.Is(err, storage.ErrVolumeExists),
+		errors.Is(err, network.ErrAddressInUse):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+var errBadRequest = errors.New("bad request")
+
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		if rt.stream != nil {
+			if err := rt.stream(w, r); err != nil {
+				writeError(w, err)
+				s.log.Info("api error", "method", r.Method, "path", r.URL.Path, "status", statusFor(err), "err", err)
+			}
+			return
+		}
+		resp := rt.handler(r)
+		if resp == nil {
+			resp = syncResponse{metadata: struct{}{}}
+		}
+		resp.render(w)
+		if e, ok := resp.(errorResponse); ok {
+			s.log.Info("api error", "method", r.Method, "path", r.URL.Path, "status", statusFor(e.err), "err", e.err)
+		} else {
+			s.log.Debug("api", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
+		}
+	})
+}
+
+// decode reads a JSON body into v, refusing unknown fields.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errors.Join(errBadRequest, err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// teardown deletes what the test left through the API, stops the daemon
+// (which then releases the pool, bridge and cgroups), and checks that
+// nothing is left on the machine. Whatever is left anyway (the test failed,
+// or vessel leaked) is removed by force and, if the test had passed, reported
+// as a leak.
+func (h *host) teardown() {
+	if h.cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if insts, err := h.client.Instances(ctx); err == nil {
+			for _, i := range insts {
+				if op, err := h.client.DeleteInstance(ctx, i.Name, true); err == nil {
+					_ = op.Wait(ctx, nil)
+				}
+			}
+		}
+		cancel()
+		h.stopDaemon()
+	}
+	leaks := h.leftovers()
+	if len(leaks) > 0 {
+		if !h.t.Failed() {
+			h.t.Errorf("host %s left behind:\n  %s\ndaemon log:\n%s", h.id, strings.Join(leaks, "\n  "), h.log())
+		}
+		h.forceCleanup()
+		if again := h.leftovers(); len(again) > 0 {
+			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
+		}
+	}
+	os.RemoveAll(h.root)
+	if !h.t.Failed() {
+		os.Remove(h.logPath)
+	} else {
+		h.t.Logf("daemon log kept at %s", h.logPath)
+	}
+}
+
+// leftovers lists what the host still holds on the machine.
+func (h *host) leftovers() []string {
+	var out []string
+	for _, m := range h.mounts() {
+		out = append(out, "mount "+m)
+	}
+	if l, _ := exec.Command("losetup", "-j", filepath.Join(h.root, "disks", "default.img")).Output(); len(strings.TrimSpace(string(l))) > 0 {
+		out = append(out, "loop "+strings.TrimSpace(string(l)))
+	}
+	if exec.Command("ip", "link", "show", h.bridge).Run() == nil {
+		out = append(out, "bridge "+h.bridge)
+	}
+	for _, table := range []string{"filter", "nat"} {
+		rules, _ := exec.Command("iptables", "-w", "-t", table, "-S").Output()
+		for _, r := range strings.Split(string(rules), "\n") {
+			if strings.Contains(r, "vessel:"+h.bridge) {
+				out = append(out, "iptables "+table+" "+r)
+			}
+		}
+	}
+	for _, d := range h.cgroupDirs() {
+		out = append(out, "cgroup "+d)
+	}
+	for _, id := range h.runcContainers() {
+		out = append(out, "runc container "+id)
+	}
+	return out
+}
+
+// mounts returns mount points under the host's root, deepest first.
+func (h *host) mounts() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == h.root || strings.HasPrefix(fields[4], h.root+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
+	return out
+}
+
+func (h *host) cgroupDirs() []string {
+	var out []string
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, c := range ctrls {
+		p := filepath.Join(c, h.cgParent)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (h *host) runcContainers() []string {
+	out, err := exec.Command("runc", "--root", filepath.Join(h.runDir, "runc"), "list", "-q").Output()
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// forceCleanup removes everything the host may hold, without the daemon.
+func (h *host) forceCleanup() {
+	if h.cmd != nil {
+		h.killDaemon()
+	}
+	root := filepath.Join(h.runDir, "runc")
+	for _, id := range h.runcContainers() {
+		_ = exec.Command("runc", "--root", root, "kill", "--all", id, "KILL").Run()
+		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, m := range h.mounts() {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	if l, _ := exec.Command("losetup", "-j", filepath.Join(h.root, "disks", "default.img")).Output(); len(l) > 0 {
+		dev, _, _ := strings.Cut(string(l), ":")
+		_ = exec.Command("losetup", "-d", dev).Run()
+	}
+	_ = exec.Command("ip", "link", "del", h.bridge).Run()
+	for _, table := range []string{"filter", "nat"} {
+		rules, _ := exec.Command("iptables", "-w", "-t", table, "-S").Output()
+		for _, r := range strings.Split(string(rules), "\n") {
+			if strings.Contains(r, "vessel:"+h.bridge) && strings.HasPrefix(r, "-A ") {
+				args := append([]string{"-w", "-t", table, "-D"}, splitRule(strings.TrimPrefix(r, "-A "))...)
+				_ = exec.Command("iptables", args...).Run()
+			}
+		}
+	}
+	for _, d := range h.cgroupDirs() {
+		removeCgroupTree(d)
+	}
+}
+
+// splitRule splits an iptables -S line, keeping quoted comments whole.
+func splitRule(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted = !quoted
+		case r == ' ' && !quoted:
+			if cur.Len() > 0 {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// removeCgroupTree removes a cgroup and its children, deepest first.
+func removeCgroupTree(dir string) {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = syscall.Rmdir(dirs[i])
+	}
+}

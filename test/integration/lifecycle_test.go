@@ -1,0 +1,315 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
+)
+
+// instances returns `vessel list --format json`.
+func (h *host) instances() map[string]api.Instance {
+	h.t.Helper()
+	var list []api.Instance
+	if err := json.Unmarshal([]byte(h.ok("list", "--format", "json")), &list); err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]api.Instance{}
+	for _, i := range list {
+		out[i.Name] = i
+	}
+	return out
+}
+
+func (h *host) instance(name string) api.Instance {
+	h.t.Helper()
+	var i api.Instance
+	if err := json.Unmarshal([]byte(h.ok("info", name, "--format", "json")), &i); err != nil {
+		h.t.Fatal(err)
+	}
+	return i
+}
+
+// eventually polls cond for up to 30 s; lifecycle events (a shim noticing
+// an exit) are asynchronous. Not a timing assertion: only a bound.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	h := newHost(t)
+
+	h.ok("launch", "busybox", "c1")
+	i := h.instances()["c1"]
+	if i.Status != api.StatusRunning || i.IPv4 == "" || i.PID == 0 {
+		t.Fatalf("after launch: %+v", i)
+	}
+	if i.OS.ID != "busybox" {
+		t.Errorf("distro = %+v, want busybox", i.OS)
+	}
+	table := h.ok("list")
+	for _, want := range []string{"c1", "Running", i.IPv4, "busybox"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("list table lacks %q:\n%s", want, table)
+		}
+	}
+	csv := h.ok("list", "--format", "csv")
+	if !strings.HasPrefix(csv, "NAME,STATUS,IPV4") || !strings.Contains(csv, "c1,Running,"+i.IPv4) {
+		t.Errorf("csv:\n%s", csv)
+	}
+	if y := h.ok("list", "--format", "yaml"); !strings.Contains(y, "name: c1") {
+		t.Errorf("yaml:\n%s", y)
+	}
+
+	// Inside: hostname, its own address, PID 1 is the image's init.
+	if got := strings.TrimSpace(h.ok("exec", "c1", "--", "hostname")); got != "c1" {
+		t.Errorf("hostname = %q", got)
+	}
+	if got := h.ok("exec", "c1", "--", "ip", "-4", "addr", "show", "eth0"); !strings.Contains(got, i.IPv4+"/24") {
+		t.Errorf("eth0:\n%s", got)
+	}
+	if got := h.ok("exec", "c1", "--", "cat", "/proc/1/cmdline"); !strings.Contains(got, "init") {
+		t.Errorf("pid 1 = %q", got)
+	}
+	// Exit codes propagate; stdin reaches the command.
+	if r := h.vessel("exec", "c1", "--", "sh", "-c", "exit 7"); r.code != 7 {
+		t.Errorf("exit code %d, want 7", r.code)
+	}
+	if r := h.vessel("exec", "c1", "--", "nonexistent-binary"); r.code == 0 {
+		t.Errorf("missing binary exited 0")
+	}
+	if r := h.vesselIn("hello from stdin\n", "exec", "c1", "--", "cat"); r.code != 0 || r.stdout != "hello from stdin\n" {
+		t.Errorf("stdin echo: %s", r)
+	}
+	if r := h.vessel("exec", "c1", "--", "sh", "-c", "echo out; echo err >&2"); r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("stdout/stderr split: %s", r)
+	}
+	if r := h.vessel("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO"); r.stdout != "bar\n" {
+		t.Errorf("--env: %s", r)
+	}
+
+	// Live usage from the cgroup.
+	info := h.instance("c1")
+	if info.State == nil || info.State.Processes == 0 || info.State.MemoryUsage == 0 {
+		t.Errorf("info state: %+v", info.State)
+	}
+	if out := h.ok("info", "c1"); !strings.Contains(out, "Memory:") {
+		t.Errorf("info table:\n%s", out)
+	}
+
+	// The console log holds init's boot output.
+	eventually(t, "boot banner in console log", func() bool {
+		return strings.Contains(h.ok("console", "c1"), "c1")
+	})
+
+	// Graceful stop through init's shutdown path.
+	h.ok("stop", "c1")
+	i = h.instances()["c1"]
+	if i.Status != api.StatusStopped || i.PID != 0 {
+		t.Fatalf("after stop: %+v", i)
+	}
+	if log := h.ok("console", "c1"); !strings.Contains(strings.ToLower(log), "shutting down") {
+		t.Errorf("console log has no shutdown output:\n%s", log)
+	}
+	if e := h.instance("c1").LastExit; e == nil {
+		t.Errorf("no last exit recorded")
+	}
+	h.fails("not running", "stop", "c1")
+	h.fails("not running", "exec", "c1", "--", "true")
+
+	// Start keeps the address; restart gives a new init.
+	h.ok("start", "c1")
+	j := h.instances()["c1"]
+	if j.Status != api.StatusRunning || j.IPv4 != i.IPv4 {
+		t.Fatalf("after start: %+v (address was %s)", j, i.IPv4)
+	}
+	h.fails("already running", "start", "c1")
+	h.ok("restart", "c1")
+	k := h.instances()["c1"]
+	if k.Status != api.StatusRunning || k.PID == j.PID {
+		t.Fatalf("after restart: %+v (old pid %d)", k, j.PID)
+	}
+	// Forced stop kills at once.
+	h.ok("stop", "--force", "c1")
+	h.ok("start", "c1")
+
+	// Delete refuses a running container without --force.
+	h.fails("--force", "delete", "c1")
+	if h.instances()["c1"].Status != api.StatusRunning {
+		t.Fatal("refused delete changed the container")
+	}
+	h.ok("delete", "--force", "c1")
+	if _, ok := h.instances()["c1"]; ok {
+		t.Fatal("c1 still listed after delete")
+	}
+	h.assertNoInstanceTraces("c1")
+}
+
+// assertNoInstanceTraces checks that a deleted instance left no volume,
+// netns, veth, cgroup, bundle or runc state behind.
+func (h *host) assertNoInstanceTraces(name string) {
+	h.t.Helper()
+	paths := []string{
+		filepath.Join(h.root, "storage-pools", "default", "containers", name),
+		filepath.Join(h.runDir, "netns", name),
+		filepath.Join(h.root, "containers", name),
+		filepath.Join(h.runDir, "shims", name),
+	}
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			h.t.Errorf("%s still exists", p)
+		}
+	}
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, c := range ctrls {
+		if _, err := os.Stat(filepath.Join(c, h.cgParent, name)); err == nil {
+			h.t.Errorf("cgroup %s still exists", filepath.Join(c, h.cgParent, name))
+		}
+	}
+	for _, id := range h.runcContainers() {
+		if id == name {
+			h.t.Errorf("runc still knows %s", name)
+		}
+	}
+	links, _ := os.ReadDir("/sys/class/net/" + h.bridge + "/brif")
+	if len(links) != 0 && len(h.instances()) == 0 {
+		h.t.Errorf("bridge %s still has ports: %v", h.bridge, links)
+	}
+}
+
+func TestDaemonRestartKeepsContainers(t *testing.T) {
+	h := newHost(t)
+	h.ok("launch", "busybox", "keep")
+	h.ok("launch", "busybox", "dies")
+	h.ok("create", "busybox", "off")
+	before := h.instances()
+
+	// A clean restart: containers keep running, same init, still usable.
+	h.restartDaemon()
+	after := h.instances()
+	for _, n := range []string{"keep", "dies"} {
+		if after[n].Status != api.StatusRunning || after[n].PID != before[n].PID {
+			t.Fatalf("%s after restart: %+v, before %+v", n, after[n], before[n])
+		}
+	}
+	if after["off"].Status != api.StatusStopped {
+		t.Fatalf("off after restart: %+v", after["off"])
+	}
+	if got := strings.TrimSpace(h.ok("exec", "keep", "--", "hostname")); got != "keep" {
+		t.Errorf("exec after restart: %q", got)
+	}
+
+	// A crash while a container dies: it is shown stopped afterwards and
+	// can start again.
+	h.killDaemon()
+	if err := syscall.Kill(before["dies"].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	after = h.instances()
+	if after["dies"].Status != api.StatusStopped {
+		t.Fatalf("container that died while the daemon was down: %+v", after["dies"])
+	}
+	if after["keep"].Status != api.StatusRunning || after["keep"].PID != before["keep"].PID {
+		t.Fatalf("keep after crash restart: %+v", after["keep"])
+	}
+	h.ok("start", "dies")
+	// An exit seen live (init killed from outside) is noticed too.
+	cur := h.instances()["dies"]
+	if err := syscall.Kill(cur.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "dies to be shown stopped", func() bool { return h.instances()["dies"].Status == api.StatusStopped })
+	h.ok("start", "dies")
+}
+
+func TestConcurrentLaunches(t *testing.T) {
+	h := newHost(t)
+	const n = 10
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			r := h.vessel("launch", "busybox", fmt.Sprintf("par%d", i))
+			if r.code != 0 {
+				errs <- fmt.Errorf("par%d: %s", i, r)
+				return
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	insts := h.instances()
+	seen := map[string]string{}
+	for i := 0; i < n; i++ {
+		inst := insts[fmt.Sprintf("par%d", i)]
+		if inst.Status != api.StatusRunning {
+			t.Errorf("%s: %+v", inst.Name, inst)
+		}
+		if other, dup := seen[inst.IPv4]; dup {
+			t.Errorf("%s and %s share %s", inst.Name, other, inst.IPv4)
+		}
+		seen[inst.IPv4] = inst.Name
+	}
+	// Containers reach each other and the host's bridge address.
+	gw := strings.TrimSuffix(h.subnet.Addr().String(), "0") + "1"
+	for _, target := range []string{insts["par9"].IPv4, gw} {
+		if r := h.vessel("exec", "par0", "--", "ping", "-c", "1", "-W", "5", target); r.code != 0 {
+			t.Errorf("par0 cannot reach %s: %s", target, r)
+		}
+	}
+	// Ten deletes at once too.
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			r := h.vessel("delete", "--force", fmt.Sprintf("par%d", i))
+			if r.code != 0 {
+				errs <- fmt.Errorf("delete par%d: %s", i, r)
+				return
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if left := h.instances(); len(left) != 0 {
+		t.Fatalf("left after delete: %v", left)
+	}
+	for i := 0; i < n; i++ {
+		h.assertNoInstanceTraces(fmt.Sprintf("par%d", i))
+	}
+}
+
+func TestNoLeftoversAfterDaemonStop(t *testing.T) {
+	h := newHost(t)
+	h.ok("launch", "busybox", "temp")
+	h.ok("delete", "--force", "temp")
+	h.stopDaemon()
+	if l := h.leftovers(); len(l) != 0 {
+		t.Fatalf("after delete and daemon stop: %v", l)
+	}
+	// And a fresh start sets everything up again.
+	h.start()
+	h.ok("launch", "busybox", "again")
+}
