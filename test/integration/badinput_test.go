@@ -9,8 +9,8 @@ import (
 // clear and nothing changed.
 func TestBadInput(t *testing.T) {
 	h := newHost(t)
-	h.ok("create", "busybox", "exists")
-	before := h.ok("list", "--format", "csv")
+	h.OK("create", "busybox", "exists")
+	before := h.OK("list", "--format", "csv")
 
 	cases := []struct {
 		want string
@@ -41,13 +41,13 @@ func TestBadInput(t *testing.T) {
 		{"unknown distro", []string{"image", "build", "gentoo"}},
 	}
 	for _, c := range cases {
-		h.fails(c.want, c.args...)
+		h.Fails(c.want, c.args...)
 	}
-	if after := h.ok("list", "--format", "csv"); after != before {
+	if after := h.OK("list", "--format", "csv"); after != before {
 		t.Fatalf("bad input changed the list:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	// A failed launch leaves no volume behind.
 	h.assertNoInstanceTraces("fresh")
 	// An empty file is not an image.
-	h.fails("invalid image", "image", "import", "/dev/null")
+	h.Fails("invalid image", "image", "import", "/dev/null")
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,21 +18,27 @@ import (
 // and a resize of the user's terminal reaches it.
 func TestExecTerminal(t *testing.T) {
 	h := newHost(t)
-	h.ok("launch", "busybox", "tty1")
+	h.OK("launch", "busybox", "tty1")
 
 	cmd := exec.Command(filepath.Join(binDir, "vessel"), "exec", "tty1", "--",
 		"sh", "-c", "tty; stty size; read line; stty size; echo got:$line")
-	cmd.Env = h.env()
+	cmd.Env = h.Env()
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
-	var out bytes.Buffer
+	var out syncBuffer
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(&out, ptmx); close(copied) }()
 
-	eventually(t, "first stty size", func() bool { return strings.Contains(out.String(), "30 100") })
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "30 100") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no terminal size in the output after 30s: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +57,28 @@ func TestExecTerminal(t *testing.T) {
 		}
 	}
 	// Without a terminal on our side, -t still gives the command one.
-	if r := h.vessel("exec", "-t", "tty1", "--", "tty"); r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
+	if r := h.Vessel("exec", "-t", "tty1", "--", "tty"); r.Code != 0 || !strings.Contains(r.Stdout, "/dev/pts/") {
 		t.Errorf("exec -t: %s", r)
 	}
-	if r := h.vessel("exec", "tty1", "--", "tty"); r.code == 0 {
+	if r := h.Vessel("exec", "tty1", "--", "tty"); r.Code == 0 {
 		t.Errorf("exec without terminal has one: %s", r)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -23,10 +23,10 @@ import (
 func (h *host) builtinTar() string {
 	h.t.Helper()
 	var img api.Image
-	if err := json.Unmarshal([]byte(h.ok("image", "info", "busybox", "--format", "json")), &img); err != nil {
+	if err := json.Unmarshal([]byte(h.OK("image", "info", "busybox", "--format", "json")), &img); err != nil {
 		h.t.Fatal(err)
 	}
-	return filepath.Join(h.root, "images", img.Fingerprint+".tar")
+	return filepath.Join(h.Root(), "images", img.Fingerprint+".tar")
 }
 
 func TestImageImportTarball(t *testing.T) {
@@ -66,23 +66,23 @@ func TestImageImportTarball(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out := h.ok("image", "import", file, "--alias", "mine")
+	out := h.OK("image", "import", file, "--alias", "mine")
 	if !strings.Contains(out, "mine") {
 		t.Errorf("import output: %s", out)
 	}
-	if list := h.ok("image", "list"); !strings.Contains(list, "mine") || !strings.Contains(list, "busybox") {
+	if list := h.OK("image", "list"); !strings.Contains(list, "mine") || !strings.Contains(list, "busybox") {
 		t.Errorf("image list:\n%s", list)
 	}
-	h.ok("launch", "mine", "fromtar")
-	if got := h.ok("exec", "fromtar", "--", "cat", "/etc/marker"); got != marker {
+	h.OK("launch", "mine", "fromtar")
+	if got := h.OK("exec", "fromtar", "--", "cat", "/etc/marker"); got != marker {
 		t.Errorf("marker = %q", got)
 	}
 	// Deleting the image leaves the container intact.
-	h.ok("image", "delete", "mine")
-	if got := h.ok("exec", "fromtar", "--", "cat", "/etc/marker"); got != marker {
+	h.OK("image", "delete", "mine")
+	if got := h.OK("exec", "fromtar", "--", "cat", "/etc/marker"); got != marker {
 		t.Errorf("after image delete: %q", got)
 	}
-	h.fails("not found", "launch", "mine", "another")
+	h.Fails("not found", "launch", "mine", "another")
 }
 
 func TestImageImportOCILayout(t *testing.T) {
@@ -117,16 +117,16 @@ func TestImageImportOCILayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.ok("image", "import", dir, "--alias", "oci-busybox")
+	h.OK("image", "import", dir, "--alias", "oci-busybox")
 	var got api.Image
-	if err := json.Unmarshal([]byte(h.ok("image", "info", "oci-busybox", "--format", "json")), &got); err != nil {
+	if err := json.Unmarshal([]byte(h.OK("image", "info", "oci-busybox", "--format", "json")), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Source != "oci" || got.OS.ID != "busybox" {
 		t.Errorf("imported image: %+v", got)
 	}
-	h.ok("launch", "oci-busybox", "fromoci")
-	if r := h.vessel("exec", "fromoci", "--", "sh", "-c", "echo $FROM_OCI"); strings.TrimSpace(r.stdout) != "yes" {
+	h.OK("launch", "oci-busybox", "fromoci")
+	if r := h.Vessel("exec", "fromoci", "--", "sh", "-c", "echo $FROM_OCI"); strings.TrimSpace(r.Stdout) != "yes" {
 		t.Errorf("image env not applied: %s", r)
 	}
 }
@@ -136,13 +136,13 @@ func TestDebianImage(t *testing.T) {
 		t.Skip("set VESSEL_TEST_DEBIAN=1 to build a Debian image with debootstrap (takes minutes, needs deb.debian.org)")
 	}
 	h := newHost(t)
-	h.ok("image", "build", "debian")
-	h.ok("launch", "debian", "deb1")
+	h.OK("image", "build", "debian")
+	h.OK("launch", "debian", "deb1")
 	if got := h.instances()["deb1"]; got.OS.ID != "debian" {
 		t.Errorf("distro: %+v", got.OS)
 	}
-	if out := h.ok("exec", "deb1", "--", "cat", "/etc/debian_version"); out == "" {
+	if out := h.OK("exec", "deb1", "--", "cat", "/etc/debian_version"); out == "" {
 		t.Error("no /etc/debian_version")
 	}
-	h.ok("stop", "deb1")
+	h.OK("stop", "deb1")
 }

@@ -17,7 +17,7 @@ import (
 func (h *host) instances() map[string]api.Instance {
 	h.t.Helper()
 	var list []api.Instance
-	if err := json.Unmarshal([]byte(h.ok("list", "--format", "json")), &list); err != nil {
+	if err := json.Unmarshal([]byte(h.OK("list", "--format", "json")), &list); err != nil {
 		h.t.Fatal(err)
 	}
 	out := map[string]api.Instance{}
@@ -30,7 +30,7 @@ func (h *host) instances() map[string]api.Instance {
 func (h *host) instance(name string) api.Instance {
 	h.t.Helper()
 	var i api.Instance
-	if err := json.Unmarshal([]byte(h.ok("info", name, "--format", "json")), &i); err != nil {
+	if err := json.Unmarshal([]byte(h.OK("info", name, "--format", "json")), &i); err != nil {
 		h.t.Fatal(err)
 	}
 	return i
@@ -52,7 +52,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestLifecycle(t *testing.T) {
 	h := newHost(t)
 
-	h.ok("launch", "busybox", "c1")
+	h.OK("launch", "busybox", "c1")
 	i := h.instances()["c1"]
 	if i.Status != api.StatusRunning || i.IPv4 == "" || i.PID == 0 {
 		t.Fatalf("after launch: %+v", i)
@@ -60,44 +60,44 @@ func TestLifecycle(t *testing.T) {
 	if i.OS.ID != "busybox" {
 		t.Errorf("distro = %+v, want busybox", i.OS)
 	}
-	table := h.ok("list")
+	table := h.OK("list")
 	for _, want := range []string{"c1", "Running", i.IPv4, "busybox"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("list table lacks %q:\n%s", want, table)
 		}
 	}
-	csv := h.ok("list", "--format", "csv")
+	csv := h.OK("list", "--format", "csv")
 	if !strings.HasPrefix(csv, "NAME,STATUS,IPV4") || !strings.Contains(csv, "c1,Running,"+i.IPv4) {
 		t.Errorf("csv:\n%s", csv)
 	}
-	if y := h.ok("list", "--format", "yaml"); !strings.Contains(y, "name: c1") {
+	if y := h.OK("list", "--format", "yaml"); !strings.Contains(y, "name: c1") {
 		t.Errorf("yaml:\n%s", y)
 	}
 
 	// Inside: hostname, its own address, PID 1 is the image's init.
-	if got := strings.TrimSpace(h.ok("exec", "c1", "--", "hostname")); got != "c1" {
+	if got := strings.TrimSpace(h.OK("exec", "c1", "--", "hostname")); got != "c1" {
 		t.Errorf("hostname = %q", got)
 	}
-	if got := h.ok("exec", "c1", "--", "ip", "-4", "addr", "show", "eth0"); !strings.Contains(got, i.IPv4+"/24") {
+	if got := h.OK("exec", "c1", "--", "ip", "-4", "addr", "show", "eth0"); !strings.Contains(got, i.IPv4+"/24") {
 		t.Errorf("eth0:\n%s", got)
 	}
-	if got := h.ok("exec", "c1", "--", "cat", "/proc/1/cmdline"); !strings.Contains(got, "init") {
+	if got := h.OK("exec", "c1", "--", "cat", "/proc/1/cmdline"); !strings.Contains(got, "init") {
 		t.Errorf("pid 1 = %q", got)
 	}
 	// Exit codes propagate; stdin reaches the command.
-	if r := h.vessel("exec", "c1", "--", "sh", "-c", "exit 7"); r.code != 7 {
-		t.Errorf("exit code %d, want 7", r.code)
+	if r := h.Vessel("exec", "c1", "--", "sh", "-c", "exit 7"); r.Code != 7 {
+		t.Errorf("exit code %d, want 7", r.Code)
 	}
-	if r := h.vessel("exec", "c1", "--", "nonexistent-binary"); r.code == 0 {
+	if r := h.Vessel("exec", "c1", "--", "nonexistent-binary"); r.Code == 0 {
 		t.Errorf("missing binary exited 0")
 	}
-	if r := h.vesselIn("hello from stdin\n", "exec", "c1", "--", "cat"); r.code != 0 || r.stdout != "hello from stdin\n" {
+	if r := h.VesselIn("hello from stdin\n", "exec", "c1", "--", "cat"); r.Code != 0 || r.Stdout != "hello from stdin\n" {
 		t.Errorf("stdin echo: %s", r)
 	}
-	if r := h.vessel("exec", "c1", "--", "sh", "-c", "echo out; echo err >&2"); r.stdout != "out\n" || r.stderr != "err\n" {
+	if r := h.Vessel("exec", "c1", "--", "sh", "-c", "echo out; echo err >&2"); r.Stdout != "out\n" || r.Stderr != "err\n" {
 		t.Errorf("stdout/stderr split: %s", r)
 	}
-	if r := h.vessel("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO"); r.stdout != "bar\n" {
+	if r := h.Vessel("exec", "c1", "--env", "FOO=bar", "--", "sh", "-c", "echo $FOO"); r.Stdout != "bar\n" {
 		t.Errorf("--env: %s", r)
 	}
 
@@ -106,52 +106,52 @@ func TestLifecycle(t *testing.T) {
 	if info.State == nil || info.State.Processes == 0 || info.State.MemoryUsage == 0 {
 		t.Errorf("info state: %+v", info.State)
 	}
-	if out := h.ok("info", "c1"); !strings.Contains(out, "Memory:") {
+	if out := h.OK("info", "c1"); !strings.Contains(out, "Memory:") {
 		t.Errorf("info table:\n%s", out)
 	}
 
 	// The console log holds init's boot output.
 	eventually(t, "boot banner in console log", func() bool {
-		return strings.Contains(h.ok("console", "c1"), "c1")
+		return strings.Contains(h.OK("console", "c1"), "c1")
 	})
 
 	// Graceful stop through init's shutdown path.
-	h.ok("stop", "c1")
+	h.OK("stop", "c1")
 	i = h.instances()["c1"]
 	if i.Status != api.StatusStopped || i.PID != 0 {
 		t.Fatalf("after stop: %+v", i)
 	}
-	if log := h.ok("console", "c1"); !strings.Contains(strings.ToLower(log), "shutting down") {
+	if log := h.OK("console", "c1"); !strings.Contains(strings.ToLower(log), "shutting down") {
 		t.Errorf("console log has no shutdown output:\n%s", log)
 	}
 	if e := h.instance("c1").LastExit; e == nil {
 		t.Errorf("no last exit recorded")
 	}
-	h.fails("not running", "stop", "c1")
-	h.fails("not running", "exec", "c1", "--", "true")
+	h.Fails("not running", "stop", "c1")
+	h.Fails("not running", "exec", "c1", "--", "true")
 
 	// Start keeps the address; restart gives a new init.
-	h.ok("start", "c1")
+	h.OK("start", "c1")
 	j := h.instances()["c1"]
 	if j.Status != api.StatusRunning || j.IPv4 != i.IPv4 {
 		t.Fatalf("after start: %+v (address was %s)", j, i.IPv4)
 	}
-	h.fails("already running", "start", "c1")
-	h.ok("restart", "c1")
+	h.Fails("already running", "start", "c1")
+	h.OK("restart", "c1")
 	k := h.instances()["c1"]
 	if k.Status != api.StatusRunning || k.PID == j.PID {
 		t.Fatalf("after restart: %+v (old pid %d)", k, j.PID)
 	}
 	// Forced stop kills at once.
-	h.ok("stop", "--force", "c1")
-	h.ok("start", "c1")
+	h.OK("stop", "--force", "c1")
+	h.OK("start", "c1")
 
 	// Delete refuses a running container without --force.
-	h.fails("--force", "delete", "c1")
+	h.Fails("--force", "delete", "c1")
 	if h.instances()["c1"].Status != api.StatusRunning {
 		t.Fatal("refused delete changed the container")
 	}
-	h.ok("delete", "--force", "c1")
+	h.OK("delete", "--force", "c1")
 	if _, ok := h.instances()["c1"]; ok {
 		t.Fatal("c1 still listed after delete")
 	}
@@ -163,10 +163,10 @@ func TestLifecycle(t *testing.T) {
 func (h *host) assertNoInstanceTraces(name string) {
 	h.t.Helper()
 	paths := []string{
-		filepath.Join(h.root, "storage-pools", "default", "containers", name),
-		filepath.Join(h.runDir, "netns", name),
-		filepath.Join(h.root, "containers", name),
-		filepath.Join(h.runDir, "shims", name),
+		filepath.Join(h.Root(), "storage-pools", "default", "containers", name),
+		filepath.Join(h.RunDir(), "netns", name),
+		filepath.Join(h.Root(), "containers", name),
+		filepath.Join(h.RunDir(), "shims", name),
 	}
 	for _, p := range paths {
 		if _, err := os.Lstat(p); err == nil {
@@ -175,30 +175,30 @@ func (h *host) assertNoInstanceTraces(name string) {
 	}
 	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, c := range ctrls {
-		if _, err := os.Stat(filepath.Join(c, h.cgParent, name)); err == nil {
-			h.t.Errorf("cgroup %s still exists", filepath.Join(c, h.cgParent, name))
+		if _, err := os.Stat(filepath.Join(c, h.CgroupParent(), name)); err == nil {
+			h.t.Errorf("cgroup %s still exists", filepath.Join(c, h.CgroupParent(), name))
 		}
 	}
-	for _, id := range h.runcContainers() {
+	for _, id := range h.RuncContainers() {
 		if id == name {
 			h.t.Errorf("runc still knows %s", name)
 		}
 	}
-	links, _ := os.ReadDir("/sys/class/net/" + h.bridge + "/brif")
+	links, _ := os.ReadDir("/sys/class/net/" + h.Bridge() + "/brif")
 	if len(links) != 0 && len(h.instances()) == 0 {
-		h.t.Errorf("bridge %s still has ports: %v", h.bridge, links)
+		h.t.Errorf("bridge %s still has ports: %v", h.Bridge(), links)
 	}
 }
 
 func TestDaemonRestartKeepsContainers(t *testing.T) {
 	h := newHost(t)
-	h.ok("launch", "busybox", "keep")
-	h.ok("launch", "busybox", "dies")
-	h.ok("create", "busybox", "off")
+	h.OK("launch", "busybox", "keep")
+	h.OK("launch", "busybox", "dies")
+	h.OK("create", "busybox", "off")
 	before := h.instances()
 
 	// A clean restart: containers keep running, same init, still usable.
-	h.restartDaemon()
+	h.RestartDaemon()
 	after := h.instances()
 	for _, n := range []string{"keep", "dies"} {
 		if after[n].Status != api.StatusRunning || after[n].PID != before[n].PID {
@@ -208,17 +208,17 @@ func TestDaemonRestartKeepsContainers(t *testing.T) {
 	if after["off"].Status != api.StatusStopped {
 		t.Fatalf("off after restart: %+v", after["off"])
 	}
-	if got := strings.TrimSpace(h.ok("exec", "keep", "--", "hostname")); got != "keep" {
+	if got := strings.TrimSpace(h.OK("exec", "keep", "--", "hostname")); got != "keep" {
 		t.Errorf("exec after restart: %q", got)
 	}
 
 	// A crash while a container dies: it is shown stopped afterwards and
 	// can start again.
-	h.killDaemon()
+	h.KillDaemon()
 	if err := syscall.Kill(before["dies"].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h.start()
+	h.Start()
 	after = h.instances()
 	if after["dies"].Status != api.StatusStopped {
 		t.Fatalf("container that died while the daemon was down: %+v", after["dies"])
@@ -226,14 +226,14 @@ func TestDaemonRestartKeepsContainers(t *testing.T) {
 	if after["keep"].Status != api.StatusRunning || after["keep"].PID != before["keep"].PID {
 		t.Fatalf("keep after crash restart: %+v", after["keep"])
 	}
-	h.ok("start", "dies")
+	h.OK("start", "dies")
 	// An exit seen live (init killed from outside) is noticed too.
 	cur := h.instances()["dies"]
 	if err := syscall.Kill(cur.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "dies to be shown stopped", func() bool { return h.instances()["dies"].Status == api.StatusStopped })
-	h.ok("start", "dies")
+	h.OK("start", "dies")
 }
 
 func TestConcurrentLaunches(t *testing.T) {
@@ -242,8 +242,8 @@ func TestConcurrentLaunches(t *testing.T) {
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func(i int) {
-			r := h.vessel("launch", "busybox", fmt.Sprintf("par%d", i))
-			if r.code != 0 {
+			r := h.Vessel("launch", "busybox", fmt.Sprintf("par%d", i))
+			if r.Code != 0 {
 				errs <- fmt.Errorf("par%d: %s", i, r)
 				return
 			}
@@ -271,17 +271,17 @@ func TestConcurrentLaunches(t *testing.T) {
 		seen[inst.IPv4] = inst.Name
 	}
 	// Containers reach each other and the host's bridge address.
-	gw := strings.TrimSuffix(h.subnet.Addr().String(), "0") + "1"
+	gw := strings.TrimSuffix(h.Subnet().Addr().String(), "0") + "1"
 	for _, target := range []string{insts["par9"].IPv4, gw} {
-		if r := h.vessel("exec", "par0", "--", "ping", "-c", "1", "-W", "5", target); r.code != 0 {
+		if r := h.Vessel("exec", "par0", "--", "ping", "-c", "1", "-W", "5", target); r.Code != 0 {
 			t.Errorf("par0 cannot reach %s: %s", target, r)
 		}
 	}
 	// Ten deletes at once too.
 	for i := 0; i < n; i++ {
 		go func(i int) {
-			r := h.vessel("delete", "--force", fmt.Sprintf("par%d", i))
-			if r.code != 0 {
+			r := h.Vessel("delete", "--force", fmt.Sprintf("par%d", i))
+			if r.Code != 0 {
 				errs <- fmt.Errorf("delete par%d: %s", i, r)
 				return
 			}
@@ -303,13 +303,13 @@ func TestConcurrentLaunches(t *testing.T) {
 
 func TestNoLeftoversAfterDaemonStop(t *testing.T) {
 	h := newHost(t)
-	h.ok("launch", "busybox", "temp")
-	h.ok("delete", "--force", "temp")
-	h.stopDaemon()
-	if l := h.leftovers(); len(l) != 0 {
+	h.OK("launch", "busybox", "temp")
+	h.OK("delete", "--force", "temp")
+	h.StopDaemon()
+	if l := h.Leftovers(); len(l) != 0 {
 		t.Fatalf("after delete and daemon stop: %v", l)
 	}
 	// And a fresh start sets everything up again.
-	h.start()
-	h.ok("launch", "busybox", "again")
+	h.Start()
+	h.OK("launch", "busybox", "again")
 }

@@ -1,4 +1,4 @@
-package integration
+package testhost
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // nothing is left on the machine. Whatever is left anyway (the test failed,
 // or vessel leaked) is removed by force and, if the test had passed, reported
 // as a leak.
-func (h *host) teardown() {
+func (h *Host) teardown() {
 	if h.cmd != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if insts, err := h.client.Instances(ctx); err == nil {
@@ -28,15 +28,15 @@ func (h *host) teardown() {
 			}
 		}
 		cancel()
-		h.stopDaemon()
+		h.StopDaemon()
 	}
-	leaks := h.leftovers()
+	leaks := h.Leftovers()
 	if len(leaks) > 0 {
 		if !h.t.Failed() {
-			h.t.Errorf("host %s left behind:\n  %s\ndaemon log:\n%s", h.id, strings.Join(leaks, "\n  "), h.log())
+			h.t.Errorf("host %s left behind:\n  %s\ndaemon log:\n%s", h.id, strings.Join(leaks, "\n  "), h.Log())
 		}
 		h.forceCleanup()
-		if again := h.leftovers(); len(again) > 0 {
+		if again := h.Leftovers(); len(again) > 0 {
 			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
 		}
 	}
@@ -49,7 +49,7 @@ func (h *host) teardown() {
 }
 
 // leftovers lists what the host still holds on the machine.
-func (h *host) leftovers() []string {
+func (h *Host) Leftovers() []string {
 	var out []string
 	for _, m := range h.mounts() {
 		out = append(out, "mount "+m)
@@ -71,14 +71,14 @@ func (h *host) leftovers() []string {
 	for _, d := range h.cgroupDirs() {
 		out = append(out, "cgroup "+d)
 	}
-	for _, id := range h.runcContainers() {
+	for _, id := range h.RuncContainers() {
 		out = append(out, "runc container "+id)
 	}
 	return out
 }
 
 // mounts returns mount points under the host's root, deepest first.
-func (h *host) mounts() []string {
+func (h *Host) mounts() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -96,7 +96,7 @@ func (h *host) mounts() []string {
 	return out
 }
 
-func (h *host) cgroupDirs() []string {
+func (h *Host) cgroupDirs() []string {
 	var out []string
 	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, c := range ctrls {
@@ -108,7 +108,7 @@ func (h *host) cgroupDirs() []string {
 	return out
 }
 
-func (h *host) runcContainers() []string {
+func (h *Host) RuncContainers() []string {
 	out, err := exec.Command("runc", "--root", filepath.Join(h.runDir, "runc"), "list", "-q").Output()
 	if err != nil {
 		return nil
@@ -117,12 +117,12 @@ func (h *host) runcContainers() []string {
 }
 
 // forceCleanup removes everything the host may hold, without the daemon.
-func (h *host) forceCleanup() {
+func (h *Host) forceCleanup() {
 	if h.cmd != nil {
-		h.killDaemon()
+		h.KillDaemon()
 	}
 	root := filepath.Join(h.runDir, "runc")
-	for _, id := range h.runcContainers() {
+	for _, id := range h.RuncContainers() {
 		_ = exec.Command("runc", "--root", root, "kill", "--all", id, "KILL").Run()
 		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
 	}

@@ -1,0 +1,37 @@
+// Package integration drives real vesseld daemons (internal/testhost)
+// through the vessel CLI, as root, against the real kernel, runc, CRIU and
+// btrfs.
+package integration
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+// binDir holds the binaries built for this test run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := testhost.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// host is a test host with this package's helpers.
+type host struct {
+	*testhost.Host
+	t *testing.T
+}
+
+func newHost(t *testing.T) *host {
+	return &host{Host: testhost.New(t, binDir, testhost.Options{}), t: t}
+}
