@@ -1,0 +1,29 @@
+package shim
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+func TestConfigRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{Version: Version, Action: ActionRestore, ID: "c", Bundle: "/b", Runc: "/runc", Root: "/r",
+		LogPath: "/l", Restore: &RestoreConfig{ImagePath: "/img"}}
+	if err := WriteConfig(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadConfig(filepath.Join(dir, ConfigFile))
+	if err != nil || back.Restore.ImagePath != "/img" || back.Action != ActionRestore {
+		t.Fatalf("read back %+v %v", back, err)
+	}
+	c.Restore = nil
+	WriteConfig(dir, c)
+	if _, err := ReadConfig(filepath.Join(dir, ConfigFile)); err == nil {
+		t.Error("restore without image path accepted")
+	}
+	c.Version = Version + 1
+	WriteConfig(dir, c)
+	if _, err := ReadConfig(filepath.Join(dir, ConfigFile)); err == nil {
+		t.Error("newer version accepted")
+	}
+}
