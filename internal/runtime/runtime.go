@@ -1,0 +1,163 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	gorunc "github.com/containerd/go-runc"
+
+	"github.com/vesselhost/vessel/internal/shim"
+)
+
+// Config says which tools the runtime uses and where it keeps state.
+type Config struct {
+	// Runc is the runc binary (default: "runc" looked up in PATH).
+	Runc string
+	// Criu is the criu binary for checkpoint and restore (default: "criu"
+	// in PATH; without it Checkpoint and Restore fail with ErrNoCRIU).
+	Criu string
+	// Shim is the vessel-shim binary (default: next to os.Executable(),
+	// then PATH).
+	Shim string
+	// Root is runc's --root, one per daemon, e.g. /run/vessel/runc.
+	// Required.
+	Root string
+	// StateDir holds the shims' state directories, StateDir/<id>.
+	// Required.
+	StateDir string
+}
+
+// Runtime runs containers under shims. It holds no per-container state in
+// memory: everything is in runc's root and the state directories, so a new
+// Runtime (after a daemon restart) sees the containers of the previous one.
+type Runtime struct {
+	cfg  Config
+	runc *gorunc.Runc
+}
+
+// Status is a container's state as runc reports it.
+type Status string
+
+// Statuses. StatusUnknown means runc does not know the container.
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	StatusUnknown Status = ""
+)
+
+// Process names the processes of a started container, by host pid.
+type Process struct {
+	ShimPid int
+	InitPid int
+}
+
+// New checks cfg, fills in defaults and creates Root and StateDir.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Root == "" || cfg.StateDir == "" {
+		return nil, fmt.Errorf("%w: runtime needs a runc root and a state directory", ErrInvalid)
+	}
+	var err error
+	for _, p := range []*string{&cfg.Root, &cfg.StateDir} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if err := os.MkdirAll(*p, 0o700); err != nil {
+			return nil, fmt.Errorf("create runtime directory: %w", err)
+		}
+	}
+	if cfg.Runc, err = lookTool(cfg.Runc, "runc"); err != nil {
+		return nil, err
+	}
+	if cfg.Shim == "" {
+		cfg.Shim = shimNextToExecutable()
+	}
+	if cfg.Shim, err = lookTool(cfg.Shim, "vessel-shim"); err != nil {
+		return nil, err
+	}
+	if cfg.Criu != "" {
+		if cfg.Criu, err = lookTool(cfg.Criu, "criu"); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg.Criu, _ = exec.LookPath("criu") // optional
+	}
+	return &Runtime{
+		cfg:  cfg,
+		runc: &gorunc.Runc{Command: cfg.Runc, Root: cfg.Root},
+	}, nil
+}
+
+// lookTool resolves path (or def when path is empty) to an absolute path of
+// an executable.
+func lookTool(path, def string) (string, error) {
+	if path == "" {
+		path = def
+	}
+	p, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrInvalid, def, err)
+	}
+	return filepath.Abs(p)
+}
+
+func shimNextToExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), "vessel-shim")
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p
+	}
+	return ""
+}
+
+// idPattern is runc's rule for container ids.
+var idPattern = regexp.MustCompile(`^[\w+\-.]+$`)
+
+func validID(id string) bool {
+	return idPattern.MatchString(id) && id != "." && id != ".."
+}
+
+// dir is the state directory of container id.
+func (r *Runtime) dir(id string) string {
+	return filepath.Join(r.cfg.StateDir, id)
+}
+
+// LogPath returns the console log of container id: the path its shim was
+// configured with, or the default StateDir/<id>/console.log.
+func (r *Runtime) LogPath(id string) string {
+	if c, err := shim.ReadConfig(filepath.Join(r.dir(id), shim.ConfigFile)); err == nil {
+		return c.LogPath
+	}
+	return filepath.Join(r.dir(id), shim.DefaultLogFile)
+}
+
+// State asks runc for the container's status and init pid. A container runc
+// does not know has StatusUnknown and no error.
+func (r *Runtime) State(ctx context.Context, id string) (Status, int, error) {
+	if !validID(id) {
+		return StatusUnknown, 0, fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	c, err := r.runc.State(ctx, id)
+	if err != nil {
+		if notExist(err) {
+			return StatusUnknown, 0, nil
+		}
+		return StatusUnknown, 0, fmt.Errorf("%w: state of %s: %v", ErrRunc, id, err)
+	}
+	return Status(c.Status), c.Pid, nil
+}
+
+// notExist tells whether a runc error says the container does not exist
+// (runc has no exit code for it, only the message).
+func notExist(err error) bool {
+	return strings.Contains(err.Error(), "does not exist")
+}

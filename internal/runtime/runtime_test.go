@@ -1,0 +1,510 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/shim"
+)
+
+// patience bounds every wait so that a broken test fails instead of hanging;
+// nothing asserts how fast anything is.
+const patience = 20 * time.Second
+
+// waitFor polls cond until it holds. what may end with %s-style verbs
+// filled from args at failure time.
+func waitFor(t *testing.T, what string, cond func() bool, args ...func() any) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			vals := make([]any, len(args))
+			for i, a := range args {
+				vals[i] = a()
+			}
+			t.Fatalf("gave up waiting for "+what, vals...)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func receive(t *testing.T, ch <-chan Exit) Exit {
+	t.Helper()
+	select {
+	case ex, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed without an exit")
+		}
+		return ex
+	case <-time.After(patience):
+		t.Fatal("gave up waiting for the exit")
+	}
+	return Exit{}
+}
+
+func (e *testEnv) logContains(id, s string) func() bool {
+	return func() bool {
+		b, _ := os.ReadFile(e.rt.LogPath(id))
+		return strings.Contains(string(b), s)
+	}
+}
+
+// syncBuffer is a writer the test can read while Exec writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestSystemContainer(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	p := e.start("sys1", "/sbin/init")
+	if p.ShimPid <= 0 || p.InitPid <= 0 {
+		t.Fatalf("process %+v", p)
+	}
+	st, pid, err := e.rt.State(ctx, "sys1")
+	if err != nil || st != StatusRunning || pid != p.InitPid {
+		t.Fatalf("state = %q %d %v, want running %d", st, pid, err, p.InitPid)
+	}
+	waitFor(t, "booted in the log", e.logContains("sys1", "booted"))
+
+	// busybox init rewrites its command line to "init".
+	if code, out := e.execOut("sys1", "cat", "/proc/1/cmdline"); code != 0 || !strings.HasPrefix(strings.TrimPrefix(out, "/sbin/"), "init\x00") {
+		t.Errorf("cat /proc/1/cmdline = %d %q", code, out)
+	}
+	if code, _ := e.execOut("sys1", "sh", "-c", "exit 7"); code != 7 {
+		t.Errorf("exit 7 returned %d", code)
+	}
+	if code, _ := e.execOut("sys1", "/nonexistent"); code != 127 {
+		t.Errorf("missing binary returned %d, want 127", code)
+	}
+	if code, out := e.execOut("sys1", "hostname"); code != 0 || strings.TrimSpace(out) != "host-sys1" {
+		t.Errorf("hostname = %d %q", code, out)
+	}
+	if code, out := e.execOut("sys1", "grep", "Seccomp:", "/proc/self/status"); code != 0 || strings.Fields(out)[1] != "2" {
+		t.Errorf("seccomp: %d %q", code, out)
+	}
+	_, out := e.execOut("sys1", "grep", "CapBnd:", "/proc/self/status")
+	bnd, err := strconv.ParseUint(strings.Fields(out)[1], 16, 64)
+	if err != nil {
+		t.Fatalf("CapBnd %q: %v", out, err)
+	}
+	for _, c := range []int{unix.CAP_SYS_RESOURCE, unix.CAP_SYS_MODULE, unix.CAP_SYS_ADMIN} {
+		if bnd&(1<<c) != 0 {
+			t.Errorf("capability %d in the bounding set %x", c, bnd)
+		}
+	}
+	if bnd&(1<<unix.CAP_SYS_BOOT) == 0 || bnd&(1<<unix.CAP_NET_ADMIN) == 0 {
+		t.Errorf("CAP_SYS_BOOT or CAP_NET_ADMIN missing from %x", bnd)
+	}
+
+	t.Run("stdin", func(t *testing.T) {
+		var stdout strings.Builder
+		code, err := e.rt.Exec(ctx, "sys1", ExecOptions{
+			Args:   []string{"cat"},
+			Stdin:  strings.NewReader("hello\nworld\n"),
+			Stdout: &stdout,
+		})
+		if err != nil || code != 0 || stdout.String() != "hello\nworld\n" {
+			t.Errorf("cat = %d %v %q", code, err, stdout.String())
+		}
+	})
+	t.Run("large output", func(t *testing.T) {
+		code, out := e.execOut("sys1", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line$i; i=$((i+1)); done")
+		if code != 0 || strings.Count(out, "\n") != 20000 || !strings.HasSuffix(out, "line19999\n") {
+			t.Errorf("large output: %d, %d lines", code, strings.Count(out, "\n"))
+		}
+	})
+	t.Run("env and cwd", func(t *testing.T) {
+		var stdout strings.Builder
+		code, err := e.rt.Exec(ctx, "sys1", ExecOptions{
+			Args:   []string{"sh", "-c", `echo "$FOO $container $(pwd)"`},
+			Env:    []string{"FOO=bar", "container=other"},
+			Cwd:    "/tmp",
+			Stdout: &stdout,
+		})
+		if err != nil || code != 0 || stdout.String() != "bar other /tmp\n" {
+			t.Errorf("env = %d %v %q", code, err, stdout.String())
+		}
+	})
+	t.Run("tty", func(t *testing.T) { testExecTTY(t, e, "sys1") })
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		var stdout syncBuffer
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.rt.Exec(ctx, "sys1", ExecOptions{
+				// The background sleep keeps runc waiting for EOF.
+				Args:   []string{"sh", "-c", "sleep 1000 & echo started; wait"},
+				Stdout: &stdout,
+			})
+			done <- err
+		}()
+		waitFor(t, "the exec to start", func() bool { return strings.Contains(stdout.String(), "started") })
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled exec returned %v", err)
+		}
+		if _, out := e.execOut("sys1", "ps"); strings.Contains(out, "echo started") {
+			t.Errorf("the cancelled process survived:\n%s", out)
+		}
+	})
+}
+
+// testExecTTY checks the terminal, its initial size and a resize.
+func testExecTTY(t *testing.T, e *testEnv, id string) {
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	var out syncBuffer
+	resize := make(chan WinSize, 1)
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := e.rt.Exec(context.Background(), id, ExecOptions{
+			Args:  []string{"sh", "-c", `tty; stty size; while read x; do [ "$x" = q ] && exit 3; stty size; done`},
+			TTY:   true,
+			Width: 100, Height: 30,
+			Stdin: stdinR, Stdout: &out, Resize: resize,
+		})
+		done <- result{code, err}
+	}()
+	sizeRe := regexp.MustCompile(`(?m)^(\d+) (\d+)\r?$`)
+	sizes := func() []string {
+		var s []string
+		for _, m := range sizeRe.FindAllStringSubmatch(out.String(), -1) {
+			s = append(s, m[1]+"x"+m[2])
+		}
+		return s
+	}
+	output := func() any { return out.String() }
+	waitFor(t, "the first stty size; output %q", func() bool { return len(sizes()) >= 1 }, output)
+	if !strings.Contains(out.String(), "/dev/pts/") {
+		t.Errorf("tty printed %q", out.String())
+	}
+	if got := sizes()[0]; got != "30x100" {
+		t.Errorf("initial size %s, want 30x100 (rows x cols)", got)
+	}
+	resize <- WinSize{Width: 120, Height: 40}
+	// runc applies the resize when its SIGWINCH handler runs, which may be
+	// after our next input; ask until the new size shows.
+	for i := 0; ; i++ {
+		n := len(sizes())
+		if sizes()[n-1] == "40x120" {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("size never changed: %v", sizes())
+		}
+		io.WriteString(stdinW, "\n")
+		waitFor(t, "another stty size; output %q", func() bool { return len(sizes()) > n }, output)
+	}
+	io.WriteString(stdinW, "q\n")
+	res := <-done
+	if res.err != nil || res.code != 3 {
+		t.Errorf("tty exec = %d %v; output %q", res.code, res.err, out.String())
+	}
+}
+
+func TestStop(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	e.start("stop1", "/sbin/init")
+	waitFor(t, "booted", e.logContains("stop1", "booted"))
+	exits, err := e.rt.Watch("stop1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// busybox init powers off on SIGUSR2: shutdown actions, then
+	// reboot(2), which in a child pid namespace kills its init with SIGINT.
+	if err := e.rt.Stop(ctx, "stop1", unix.SIGUSR2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ex := receive(t, exits)
+	if ex.Err != nil || ex.Status != 128+int(unix.SIGINT) || ex.Signal != "SIGINT" || ex.Time.IsZero() {
+		t.Errorf("exit = %+v, want SIGINT (130)", ex)
+	}
+	if !e.logContains("stop1", "bye")() {
+		b, _ := os.ReadFile(e.rt.LogPath("stop1"))
+		t.Errorf("no bye in the log:\n%s", b)
+	}
+	if st, _, err := e.rt.State(ctx, "stop1"); err != nil || (st != StatusStopped && st != StatusUnknown) {
+		t.Errorf("state after stop = %q %v", st, err)
+	}
+	if err := e.rt.Delete(ctx, "stop1"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone("stop1")
+	if err := e.rt.Delete(ctx, "stop1"); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+}
+
+// checkGone checks that nothing of container id is left.
+func (e *testEnv) checkGone(id string) {
+	e.t.Helper()
+	if st, _, err := e.rt.State(context.Background(), id); err != nil || st != StatusUnknown {
+		e.t.Errorf("runc still knows %s: %q %v", id, st, err)
+	}
+	if _, err := os.Stat(e.rt.dir(id)); !errors.Is(err, os.ErrNotExist) {
+		e.t.Errorf("state directory of %s: %v", id, err)
+	}
+	for _, d := range cgroupDirs(filepath.Join(e.cgroups, id)) {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			e.t.Errorf("cgroup %s left: %v", d, err)
+		}
+	}
+}
+
+func TestStopKillsAfterTimeout(t *testing.T) {
+	e := newTestEnv(t)
+	// A pid namespace's init without a handler never gets SIGTERM.
+	e.start("stubborn", "/bin/sleep", "1000")
+	exits, err := e.rt.Watch("stubborn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Stop(context.Background(), "stubborn", unix.SIGTERM, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if ex := receive(t, exits); ex.Status != 137 || ex.Signal != "SIGKILL" {
+		t.Errorf("exit = %+v, want SIGKILL", ex)
+	}
+}
+
+func TestWatchAfterRestart(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	p := e.start("rs1", "/bin/sleep", "1000")
+	// The shim shrugs off everything but SIGKILL: were it to die, no exit
+	// would be recorded below.
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGPIPE} {
+		if err := unix.Kill(p.ShimPid, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A restarted daemon has a new Runtime and no memory of the shim.
+	rt2, err := New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits, err := rt2.Watch("rs1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt2.Kill(ctx, "rs1"); err != nil {
+		t.Fatal(err)
+	}
+	if ex := receive(t, exits); ex.Err != nil || ex.Status != 137 || ex.Signal != "SIGKILL" {
+		t.Errorf("exit = %+v, want SIGKILL", ex)
+	}
+	if err := rt2.Kill(ctx, "rs1"); err != nil {
+		t.Errorf("kill of a stopped container: %v", err)
+	}
+
+	// The shim is gone now: the recorded exit comes at once.
+	exits, err = rt2.Watch("rs1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ex := <-exits:
+		if ex.Status != 137 {
+			t.Errorf("recorded exit = %+v", ex)
+		}
+	default:
+		t.Fatal("exit of a gone shim not delivered at once")
+	}
+
+	// Without a record the exit is unknown.
+	os.Remove(filepath.Join(rt2.dir("rs1"), shim.ExitFile))
+	exits, _ = rt2.Watch("rs1")
+	if ex := receive(t, exits); ex.Status != -1 || ex.Err == nil {
+		t.Errorf("exit without record = %+v", ex)
+	}
+	if _, err := rt2.Watch("nosuch"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("watch of an unknown container: %v", err)
+	}
+}
+
+func TestStartFailure(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	_, err := e.rt.Start(ctx, "bad1", e.bundle("bad1", "/no/such/init"), StartOptions{})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("start error = %v, want runc's message", err)
+	}
+	if st, _, err := e.rt.State(ctx, "bad1"); err != nil || st != StatusUnknown {
+		t.Errorf("runc kept the container: %q %v", st, err)
+	}
+	b, err := os.ReadFile(filepath.Join(e.rt.dir("bad1"), shim.ShimPidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	exits, err := e.rt.Watch("bad1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := receive(t, exits); ex.Err == nil {
+		t.Errorf("failed start recorded an exit: %+v", ex)
+	}
+	// Watch returned: the shim has exited. Make sure it is not lingering.
+	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "bad1") {
+		t.Errorf("shim %d still running", pid)
+	}
+	if err := e.rt.Delete(ctx, "bad1"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone("bad1")
+
+	// A second start with the same id while the first runs is refused.
+	e.start("dup", "/bin/sleep", "1000")
+	if _, err := e.rt.Start(ctx, "dup", e.bundle("dup", "/bin/sleep", "1"), StartOptions{}); !errors.Is(err, ErrExists) {
+		t.Errorf("duplicate start: %v", err)
+	}
+}
+
+func TestCheckpointRestore(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	id := "cr1"
+	bundle := e.bundle(id, "/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; echo tick $i; sleep 0.1; done")
+	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var out strings.Builder
+		code, err := e.rt.Exec(ctx, id, ExecOptions{Args: []string{"cat", "/tmp/count"}, Stdout: &out})
+		if err != nil || code != 0 {
+			t.Fatalf("read count: %d %v", code, err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(out.String())) // 0 while being rewritten
+		return n
+	}
+	waitFor(t, "the counter to reach 5", func() bool { return count() >= 5 })
+
+	exits, err := e.rt.Watch(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, work := filepath.Join(e.dir, "ckpt"), filepath.Join(e.dir, "ckpt-work")
+	if err := e.rt.Checkpoint(ctx, id, CheckpointOptions{ImagePath: images, WorkPath: work}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, exits) // the dumped container was killed, its shim ended
+	if st, _, err := e.rt.State(ctx, id); err != nil || st != StatusUnknown {
+		t.Fatalf("state after checkpoint = %q %v", st, err)
+	}
+	b, err := os.ReadFile(filepath.Join(e.rootfs, "tmp/count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("count at checkpoint %q: %v", b, err)
+	}
+
+	p, err := e.rt.Restore(ctx, id, bundle, RestoreOptions{ImagePath: images, WorkPath: filepath.Join(e.dir, "restore-work")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.InitPid <= 0 {
+		t.Fatalf("restored process %+v", p)
+	}
+	first := 0
+	waitFor(t, "the counter to move on", func() bool {
+		n := count()
+		if first == 0 {
+			first = n
+		}
+		return n > before
+	})
+	if first != 0 && first < before {
+		t.Errorf("counter reset: %d at checkpoint, %d after restore", before, first)
+	}
+	// The restored process writes to the new shim's pipes.
+	waitFor(t, "output after restore", e.logContains(id, fmt.Sprintf("tick %d\n", before+1)))
+
+	if err := e.rt.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone(id)
+}
+
+func TestDeleteRunning(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	e.start("del1", "/sbin/init")
+	if err := e.rt.Delete(ctx, "del1"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone("del1")
+	if err := e.rt.Signal(ctx, "del1", syscall.SIGTERM); !errors.Is(err, ErrNotFound) {
+		t.Errorf("signal to a deleted container: %v", err)
+	}
+}
+
+func TestConsoleLogRotation(t *testing.T) {
+	e := newTestEnv(t)
+	logPath := filepath.Join(e.dir, "logs", "chatty.log")
+	os.MkdirAll(filepath.Dir(logPath), 0o755)
+	bundle := e.bundle("chatty", "/bin/sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; exit 4")
+	exitsBefore := func() <-chan Exit {
+		if _, err := e.rt.Start(context.Background(), "chatty", bundle, StartOptions{LogPath: logPath, LogMax: 4096}); err != nil {
+			t.Fatal(err)
+		}
+		ch, err := e.rt.Watch("chatty")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}()
+	if ex := receive(t, exitsBefore); ex.Status != 4 || ex.Signal != "" {
+		t.Errorf("exit = %+v, want status 4", ex)
+	}
+	if got := e.rt.LogPath("chatty"); got != logPath {
+		t.Errorf("LogPath = %q, want %q", got, logPath)
+	}
+	cur, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(logPath + ".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One write may hold many lines: the current file may even be empty.
+	all := string(old) + string(cur)
+	if !strings.HasSuffix(all, "line 1999\n") || len(old) < 4096 || len(cur) >= 4096 {
+		t.Errorf("log %d bytes, old %d bytes, ending %q", len(cur), len(old), all[max(0, len(all)-20):])
+	}
+}

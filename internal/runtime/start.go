@@ -1,0 +1,237 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	gorunc "github.com/containerd/go-runc"
+
+	"github.com/vesselhost/vessel/internal/shim"
+)
+
+// StartOptions configure the shim of a container.
+type StartOptions struct {
+	// LogPath is the console log (init's stdout and stderr); empty means
+	// StateDir/<id>/console.log, which Delete removes with the state
+	// directory: a log meant to outlive the container belongs elsewhere.
+	LogPath string
+	// LogMax is the size in bytes at which the log is rotated to LogPath.1
+	// (one old file is kept); 0 means 1 MiB.
+	LogMax int64
+}
+
+// RestoreOptions configure restoring a container from a checkpoint.
+type RestoreOptions struct {
+	StartOptions
+	// ImagePath holds the checkpoint images; WorkPath gets CRIU's
+	// restore.log (default: ImagePath).
+	ImagePath string
+	WorkPath  string
+	// LazyPages restores memory on demand from PageServer (addr:port).
+	LazyPages  bool
+	PageServer string
+	// TCPEstablished restores established TCP connections.
+	TCPEstablished bool
+	// ExtraArgs are appended to runc restore's options.
+	ExtraArgs []string
+}
+
+// Start runs the container of bundle under a new shim and returns once it is
+// running. The bundle's config.json must exist, and runc must not know the
+// container (a stopped one is deleted first). If runc fails, the error
+// carries runc's message, nothing is left in runc, the shim exits and the
+// state directory keeps the console log until Delete.
+func (r *Runtime) Start(ctx context.Context, id, bundle string, o StartOptions) (Process, error) {
+	c, err := r.shimConfig(id, bundle, shim.ActionCreate, o)
+	if err != nil {
+		return Process{}, err
+	}
+	return r.launch(ctx, c)
+}
+
+// Restore brings a checkpointed container back under a new shim, like
+// Start. The container's previous shim must have exited (see Watch).
+func (r *Runtime) Restore(ctx context.Context, id, bundle string, o RestoreOptions) (Process, error) {
+	if r.cfg.Criu == "" {
+		return Process{}, fmt.Errorf("restore %s: %w", id, ErrNoCRIU)
+	}
+	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
+		return Process{}, fmt.Errorf("%w: restore needs absolute image and work paths", ErrInvalid)
+	}
+	c, err := r.shimConfig(id, bundle, shim.ActionRestore, o.StartOptions)
+	if err != nil {
+		return Process{}, err
+	}
+	c.Criu = r.cfg.Criu
+	c.Restore = &shim.RestoreConfig{
+		ImagePath:      o.ImagePath,
+		WorkPath:       o.WorkPath,
+		LazyPages:      o.LazyPages,
+		PageServer:     o.PageServer,
+		TCPEstablished: o.TCPEstablished,
+		ExtraArgs:      o.ExtraArgs,
+	}
+	p, err := r.launch(ctx, c)
+	if err != nil {
+		work := o.WorkPath
+		if work == "" {
+			work = o.ImagePath
+		}
+		return p, fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(work, "restore.log")))
+	}
+	return p, nil
+}
+
+func (r *Runtime) shimConfig(id, bundle string, action shim.Action, o StartOptions) (*shim.Config, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	if !filepath.IsAbs(bundle) {
+		return nil, fmt.Errorf("%w: bundle %q is not an absolute path", ErrInvalid, bundle)
+	}
+	logPath := o.LogPath
+	if logPath == "" {
+		logPath = filepath.Join(r.dir(id), shim.DefaultLogFile)
+	}
+	if !filepath.IsAbs(logPath) {
+		return nil, fmt.Errorf("%w: log path %q is not absolute", ErrInvalid, logPath)
+	}
+	return &shim.Config{
+		Version: shim.Version,
+		Action:  action,
+		ID:      id,
+		Bundle:  bundle,
+		Runc:    r.cfg.Runc,
+		Root:    r.cfg.Root,
+		LogPath: logPath,
+		LogMax:  o.LogMax,
+	}, nil
+}
+
+// launch prepares the state directory, starts the shim and waits for its
+// report.
+func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
+	if err := r.checkFree(ctx, c.ID); err != nil {
+		return Process{}, err
+	}
+	dir := r.dir(c.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Process{}, fmt.Errorf("create state directory: %w", err)
+	}
+	// Files of a previous run would confuse Watch.
+	for _, f := range []string{shim.ExitFile, shim.ShimPidFile, shim.InitPidFile} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Process{}, fmt.Errorf("clean state directory: %w", err)
+		}
+	}
+	if err := shim.WriteConfig(dir, c); err != nil {
+		return Process{}, err
+	}
+	cmd, report, err := r.startShim(dir)
+	if err != nil {
+		return Process{}, err
+	}
+	reports := readReport(report)
+	var res reportResult
+	select {
+	case res = <-reports:
+	case <-ctx.Done():
+		go r.abandon(c.ID, reports)
+		return Process{}, fmt.Errorf("%w %s: %w", ErrStart, c.ID, ctx.Err())
+	}
+	switch {
+	case res.err != nil:
+		return Process{}, fmt.Errorf("%w %s: %v", ErrStart, c.ID, res.err)
+	case res.rep.Error != "":
+		return Process{}, fmt.Errorf("%w %s: %s", ErrStart, c.ID, res.rep.Error)
+	}
+	rep := res.rep
+	return Process{ShimPid: cmd.Process.Pid, InitPid: rep.InitPid}, nil
+}
+
+// checkFree fails with ErrExists when runc or a live shim has container id.
+func (r *Runtime) checkFree(ctx context.Context, id string) error {
+	st, _, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st != StatusUnknown {
+		return fmt.Errorf("%w: %s is %s", ErrExists, id, st)
+	}
+	if fd, err := r.openShim(id); err == nil {
+		closeFd(fd)
+		return fmt.Errorf("%w: the shim of %s is still running", ErrExists, id)
+	}
+	return nil
+}
+
+// startShim starts vessel-shim in its own session with /dev/null as stdio
+// and the write end of the report pipe as fd 3; it returns the read end.
+func (r *Runtime) startShim(dir string) (*exec.Cmd, *os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pw.Close()
+	cmd := exec.Command(r.cfg.Shim, filepath.Join(dir, shim.ConfigFile))
+	cmd.Dir = "/" // hold no daemon directory busy
+	cmd.Env = shimEnv()
+	cmd.ExtraFiles = []*os.File{pw} // fd 3 = shim.ReportFd
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		return nil, nil, fmt.Errorf("%w: start shim: %v", ErrStart, err)
+	}
+	// Reap the shim when it ends. After a daemon restart the shim is no
+	// longer our child and whoever inherited it reaps it.
+	go cmd.Wait() //nolint:errcheck // exit status is in exit.json
+	return cmd, pr, nil
+}
+
+// shimEnv is our environment without NOTIFY_SOCKET, which makes runc talk to
+// systemd.
+func shimEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NOTIFY_SOCKET=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+type reportResult struct {
+	rep shim.Report
+	err error
+}
+
+// readReport reads the shim's report from f in the background and closes f.
+func readReport(f *os.File) <-chan reportResult {
+	ch := make(chan reportResult, 1)
+	go func() {
+		defer f.Close()
+		var res reportResult
+		if err := json.NewDecoder(f).Decode(&res.rep); err != nil {
+			res.err = fmt.Errorf("shim exited without a report (see its console log): %w", err)
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+// abandon cleans up after a Start whose context ended while runc was still
+// running: killing the shim then would leave runc and maybe a container
+// without a monitor, so it waits for the shim's report and force-deletes
+// whatever was started. The shim then records the exit and ends.
+func (r *Runtime) abandon(id string, reports <-chan reportResult) {
+	if res := <-reports; res.err == nil && res.rep.Error == "" {
+		r.runc.Delete(context.Background(), id, &gorunc.DeleteOpts{Force: true}) //nolint:errcheck // best effort
+	}
+}
