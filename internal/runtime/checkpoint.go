@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	gorunc "github.com/containerd/go-runc"
@@ -83,11 +84,17 @@ func (r *Runtime) criuRunc() *gorunc.Runc {
 	return &rc
 }
 
-// maxCriuLines bounds how much of CRIU's log goes into an error.
-const maxCriuLines = 10
+// criuTailLines is how many last lines of a CRIU log an error quotes.
+const criuTailLines = 5
 
-// criuLogErrors returns the last error lines of a CRIU log, formatted to be
-// appended to an error message, or "" when there are none.
+// criuLogErrors returns the error lines of a CRIU log and its last lines,
+// formatted to be appended to an error message, or "" without a log.
+//
+// Not every "Error" line is fatal: without CAP_SYS_RESOURCE every run logs
+// "Error (criu/util.c:...): rlimit: Can't setup RLIMIT_NOFILE for self" and
+// carries on. And not every fatal condition says "Error" (a missing
+// pstree.img only logs "No pstree.img image" before CRIU gives up), so the
+// last lines are quoted too.
 func criuLogErrors(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -95,18 +102,25 @@ func criuLogErrors(path string) string {
 	}
 	defer f.Close()
 	var lines []string
+	var tail []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		if l := sc.Text(); strings.Contains(l, "Error") || strings.Contains(l, "err=") {
-			lines = append(lines, strings.TrimSpace(l))
+		l := strings.TrimSpace(sc.Text())
+		if strings.Contains(l, "Error") {
+			lines = append(lines, l)
+		}
+		if tail = append(tail, l); len(tail) > criuTailLines {
+			tail = tail[1:]
+		}
+	}
+	for _, l := range tail {
+		if !slices.Contains(lines, l) {
+			lines = append(lines, l)
 		}
 	}
 	if len(lines) == 0 {
 		return ""
 	}
-	if len(lines) > maxCriuLines {
-		lines = lines[len(lines)-maxCriuLines:]
-	}
-	return fmt.Sprintf("\ncriu log %s:\n%s", path, strings.Join(lines, "\n"))
+	return fmt.Sprintf("\ncriu log %s (errors, then its end):\n%s", path, strings.Join(lines, "\n"))
 }

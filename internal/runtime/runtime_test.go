@@ -508,3 +508,41 @@ func TestConsoleLogRotation(t *testing.T) {
 		t.Errorf("log %d bytes, old %d bytes, ending %q", len(cur), len(old), all[max(0, len(all)-20):])
 	}
 }
+
+func TestRestoreFailure(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	bundle := e.bundle("rf", "/bin/sleep", "1000")
+	if _, err := e.rt.Start(ctx, "rf", bundle, StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exits, err := e.rt.Watch("rf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := filepath.Join(e.dir, "ckpt")
+	if err := e.rt.Checkpoint(ctx, "rf", CheckpointOptions{ImagePath: images}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, exits)
+	// Without its process tree the image is unusable: CRIU fails and the
+	// error quotes its log.
+	if err := os.Remove(filepath.Join(images, "pstree.img")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.rt.Restore(ctx, "rf", bundle, RestoreOptions{ImagePath: images})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "criu log") {
+		t.Fatalf("restore error = %v, want CRIU's log in it", err)
+	}
+	t.Logf("restore error (expected): %v", err)
+	if !strings.Contains(err.Error(), "No pstree.img image") {
+		t.Errorf("restore error lacks the cause from CRIU's log: %v", err)
+	}
+	if st, _, err := e.rt.State(ctx, "rf"); err != nil || st != StatusUnknown {
+		t.Errorf("failed restore left %q %v", st, err)
+	}
+	if err := e.rt.Delete(ctx, "rf"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone("rf")
+}

@@ -79,14 +79,14 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle string, o RestoreOptio
 		ExtraArgs:      o.ExtraArgs,
 	}
 	p, err := r.launch(ctx, c)
-	if err != nil {
+	if errors.Is(err, ErrStart) {
 		work := o.WorkPath
 		if work == "" {
 			work = o.ImagePath
 		}
-		return p, fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(work, "restore.log")))
+		err = fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(work, "restore.log")))
 	}
-	return p, nil
+	return p, err
 }
 
 func (r *Runtime) shimConfig(id, bundle string, action shim.Action, o StartOptions) (*shim.Config, error) {
@@ -152,8 +152,7 @@ func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
 	case res.rep.Error != "":
 		return Process{}, fmt.Errorf("%w %s: %s", ErrStart, c.ID, res.rep.Error)
 	}
-	rep := res.rep
-	return Process{ShimPid: cmd.Process.Pid, InitPid: rep.InitPid}, nil
+	return Process{ShimPid: cmd.Process.Pid, InitPid: res.rep.InitPid}, nil
 }
 
 // checkFree fails with ErrExists when runc or a live shim has container id.
