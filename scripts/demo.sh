@@ -78,4 +78,4 @@ run vessel list
 bold "Storage pool"
 run vessel storage info
 
-bold "Tour done. vesseld keeps running; stop it with: kill \$(pidof vesseld)"
+bold "Tour done. vesseld keeps running; stop it with: kill \$(cat /var/lib/vessel/vesseld.pid)"

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -111,6 +113,11 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	pidFile := filepath.Join(cfg.Root, "vesseld.pid")
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		log.Warn("pid file", "err", err)
+	}
+	defer os.Remove(pidFile)
 	log.Info("vesseld ready", "socket", cfg.Socket, "root", cfg.Root, "took", time.Since(started).Round(time.Millisecond))
 
 	select {
