@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/testhost"
 )
 
 // instances returns `vessel list --format json`.
@@ -312,4 +313,21 @@ func TestNoLeftoversAfterDaemonStop(t *testing.T) {
 	// And a fresh start sets everything up again.
 	h.Start()
 	h.OK("launch", "busybox", "again")
+}
+
+// TestDirStorageDriver runs a container on the dir driver (hosts without
+// btrfs): a full copy per container instead of a snapshot.
+func TestDirStorageDriver(t *testing.T) {
+	h := &host{Host: testhost.New(t, binDir, testhost.Options{ExtraArgs: []string{"--storage-driver", "dir"}}), t: t}
+	if out := h.OK("storage", "info"); !strings.Contains(out, "dir") || !strings.Contains(out, "false") {
+		t.Fatalf("storage info:\n%s", out)
+	}
+	h.OK("launch", "busybox", "plain")
+	h.OK("exec", "plain", "--", "sh", "-c", "echo changed > /etc/motd")
+	h.OK("launch", "busybox", "other")
+	if r := h.Vessel("exec", "other", "--", "cat", "/etc/motd"); r.Code == 0 {
+		t.Fatalf("a copy shares files with another container: %s", r)
+	}
+	h.OK("delete", "--force", "plain")
+	h.assertNoInstanceTraces("plain")
 }
