@@ -32,6 +32,7 @@ var (
 	bucketInstances = []byte("instances")
 	bucketImages    = []byte("images")
 	bucketAliases   = []byte("aliases")
+	bucketSnapshots = []byte("snapshots")
 	keySchema       = []byte("schema")
 )
 
@@ -57,7 +58,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases} {
+		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketSnapshots} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -73,28 +73,6 @@ func (b btrfsTool) subvolumeCreate(ctx context.Context, path string) error {
 	return err
 }
 
-// snapshotOpts are the options of "btrfs subvolume snapshot".
-type snapshotOpts struct {
-	// ReadOnly makes the new snapshot read-only (-r).
-	ReadOnly bool
-}
-
-// args returns the command-line options for o.
-func (o snapshotOpts) args() []string {
-	if o.ReadOnly {
-		return []string{"-r"}
-	}
-	return nil
-}
-
-// subvolumeSnapshot creates dst as a snapshot of the subvolume src. Nested
-// subvolumes of src are not part of it: they appear as empty directories.
-func (b btrfsTool) subvolumeSnapshot(ctx context.Context, src, dst string, opts snapshotOpts) error {
-	args := append([]string{"subvolume", "snapshot"}, opts.args()...)
-	_, err := runTool(ctx, b.btrfsBin, append(args, src, dst)...)
-	return err
-}
-
 // subvolumeDelete deletes the subvolume at path without waiting for the
 // transaction commit (its space is freed in the background). It fails if the
 // subvolume holds nested subvolumes, or if its parent is read-only.

@@ -79,6 +79,14 @@ func TestBtrfsMountLifecycle(t *testing.T) {
 	if auto, _ := os.ReadFile(filepath.Join(sysBlock, name, "loop", "autoclear")); strings.TrimSpace(string(auto)) != "1" {
 		t.Errorf("%s autoclear = %q, want 1", devs[0], auto)
 	}
+	// The temp directory is on a filesystem with direct I/O (ext4, xfs,
+	// btrfs), so the device bypasses the image file's page cache.
+	if dio, _ := os.ReadFile(filepath.Join(sysBlock, name, "loop", "dio")); strings.TrimSpace(string(dio)) != "1" {
+		t.Errorf("%s dio = %q, want 1", devs[0], dio)
+	}
+	if bs, _ := os.ReadFile(filepath.Join(sysBlock, name, "queue", "logical_block_size")); strings.TrimSpace(string(bs)) != "4096" {
+		t.Errorf("%s logical block size = %q, want 4096", devs[0], bs)
+	}
 	m, ours, err := b.rootMount()
 	if err != nil || !ours {
 		t.Fatalf("root mount %+v ours=%v err=%v", m, ours, err)
@@ -324,8 +332,17 @@ func TestBtrfsCommandErrorsCarryStderr(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(filepath.Dir(d.Path(img1)), "plain"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := d.CloneVolume(t.Context(), ct1, Volume{Type: VolumeImage, Name: "plain"}, false)
-	if err == nil || !strings.Contains(err.Error(), "btrfs subvolume snapshot") || !strings.Contains(err.Error(), "ERROR") {
-		t.Errorf("clone of a plain directory: got %v, want the command and its stderr", err)
+	plain := Volume{Type: VolumeImage, Name: "plain"}
+	err := d.SetReadOnly(t.Context(), plain, true)
+	if err == nil || !strings.Contains(err.Error(), "btrfs property set") || !strings.Contains(err.Error(), "ERROR") {
+		t.Errorf("read-only of a plain directory: got %v, want the command and its stderr", err)
+	}
+	// Clones use the ioctl: the error names it and says why.
+	err = d.CloneVolume(t.Context(), ct1, plain, false)
+	if err == nil || !strings.Contains(err.Error(), "BTRFS_IOC_SNAP_CREATE_V2") || !strings.Contains(err.Error(), "not a btrfs subvolume") {
+		t.Errorf("clone of a plain directory: got %v, want the ioctl and the reason", err)
+	}
+	if d.VolumeExists(ct1) {
+		t.Error("failed clone left its volume")
 	}
 }

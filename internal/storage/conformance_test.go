@@ -36,6 +36,7 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"CloneVolume", testCloneVolume},
 		{"CloneErrors", testCloneErrors},
 		{"Snapshots", testSnapshots},
+		{"CheckpointVolumes", testCheckpointVolumes},
 		{"SetReadOnly", testSetReadOnly},
 		{"DeleteVolume", testDeleteVolume},
 		{"DeleteNested", testDeleteNested},
@@ -203,6 +204,38 @@ func testSnapshots(t *testing.T, d Driver) {
 	}
 	if !d.VolumeExists(ct1) {
 		t.Error("deleting snapshots deleted their container")
+	}
+}
+
+// testCheckpointVolumes: a checkpoint volume is a writable CONTAINER/SNAP
+// volume of its own, independent of the snapshot of the same name.
+func testCheckpointVolumes(t *testing.T, d Driver) {
+	mustCreate(t, d, ct1)
+	if err := d.CloneVolume(t.Context(), snap, ct1, true); err != nil {
+		t.Fatal(err)
+	}
+	ck := Volume{Type: VolumeCheckpoint, Name: "c1/s1"}
+	p := mustCreate(t, d, ck)
+	writeFile(t, filepath.Join(p, "pages-1.img"), []byte("pages"))
+	if p == d.Path(snap) || filepath.Base(filepath.Dir(p)) != "c1" {
+		t.Errorf("checkpoint path %s (snapshot %s)", p, d.Path(snap))
+	}
+	if err := d.CreateVolume(t.Context(), ck); !errors.Is(err, ErrVolumeExists) {
+		t.Errorf("second create: %v", err)
+	}
+	for _, bad := range []string{"c1", "c1/s1/x", "../s1"} {
+		if err := d.CreateVolume(t.Context(), Volume{Type: VolumeCheckpoint, Name: bad}); !errors.Is(err, ErrInvalidVolume) {
+			t.Errorf("checkpoint %q: %v", bad, err)
+		}
+	}
+	if err := d.DeleteVolume(t.Context(), ck); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(p)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("checkpoint directory of c1 left after its last checkpoint: %v", err)
+	}
+	if !d.VolumeExists(snap) {
+		t.Error("deleting a checkpoint deleted the snapshot")
 	}
 }
 

@@ -9,13 +9,17 @@
 //   - Volume: one named filesystem tree in the pool. Its Type says what it
 //     holds: an unpacked image ("image", read-only once filled), a container's
 //     root filesystem ("container"), or a point-in-time copy of a container
-//     ("snapshot", named "CONTAINER/SNAP").
+//     ("snapshot", named "CONTAINER/SNAP"), or the memory and process state
+//     of a container saved with a snapshot ("checkpoint", also named
+//     "CONTAINER/SNAP": CRIU's image files, kept on the same storage as the
+//     disk they belong to).
 //   - Clone: a new volume whose content starts as a copy of another. On btrfs
 //     this is a subvolume snapshot (constant time, copy-on-write); on dir it is
 //     a full copy.
 //
 // Every pool lays its volumes out the same way under its root:
-// images/NAME, containers/NAME and snapshots/CONTAINER/SNAP. Names are
+// images/NAME, containers/NAME, snapshots/CONTAINER/SNAP and
+// checkpoints/CONTAINER/SNAP. Names are
 // checked (ErrInvalidVolume), so no volume can reach outside its directory.
 //
 // Drivers are listed in one map of constructors (see drivers.go). Callers test
@@ -37,10 +41,14 @@ const (
 	VolumeImage     VolumeType = "image"
 	VolumeContainer VolumeType = "container"
 	VolumeSnapshot  VolumeType = "snapshot"
+	// VolumeCheckpoint holds a checkpoint's image files (a plain writable
+	// volume; "CONTAINER/SNAP" like a snapshot).
+	VolumeCheckpoint VolumeType = "checkpoint"
 )
 
-// Volume names one filesystem tree in a pool. Snapshot volumes are named
-// "CONTAINER/SNAP"; every other name is a single path element.
+// Volume names one filesystem tree in a pool. Snapshot and checkpoint
+// volumes are named "CONTAINER/SNAP"; every other name is a single path
+// element.
 type Volume struct {
 	Type VolumeType
 	Name string

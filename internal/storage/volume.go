@@ -14,12 +14,19 @@ import (
 //	images/NAME
 //	containers/NAME
 //	snapshots/CONTAINER/SNAP
+//	checkpoints/CONTAINER/SNAP
 //
 // plus stagingDir for work in progress that must not look like a volume.
 var typeDirs = map[VolumeType]string{
-	VolumeImage:     "images",
-	VolumeContainer: "containers",
-	VolumeSnapshot:  "snapshots",
+	VolumeImage:      "images",
+	VolumeContainer:  "containers",
+	VolumeSnapshot:   "snapshots",
+	VolumeCheckpoint: "checkpoints",
+}
+
+// pairNamed reports whether volumes of type t are named "CONTAINER/SNAP".
+func pairNamed(t VolumeType) bool {
+	return t == VolumeSnapshot || t == VolumeCheckpoint
 }
 
 // stagingDir holds half-built copies (dir clones, dir deletes) inside the
@@ -46,10 +53,10 @@ func validateVolume(vol Volume) error {
 		return fmt.Errorf("%s: unknown volume type: %w", vol, ErrInvalidVolume)
 	}
 	elems := []string{vol.Name}
-	if vol.Type == VolumeSnapshot {
+	if pairNamed(vol.Type) {
 		elems = strings.Split(vol.Name, "/")
 		if len(elems) != 2 {
-			return fmt.Errorf("%s: snapshot names have the form CONTAINER/SNAP: %w", vol, ErrInvalidVolume)
+			return fmt.Errorf("%s: %s names have the form CONTAINER/SNAP: %w", vol, vol.Type, ErrInvalidVolume)
 		}
 	}
 	for _, e := range elems {
@@ -102,10 +109,10 @@ func makeParent(path string) error {
 	return nil
 }
 
-// removeEmptyParent removes snapshots/CONTAINER after a snapshot is deleted
-// if no other snapshot of that container is left in it.
+// removeEmptyParent removes snapshots/CONTAINER (or checkpoints/CONTAINER)
+// after a volume is deleted if no other one of that container is left in it.
 func removeEmptyParent(vol Volume, path string) error {
-	if vol.Type != VolumeSnapshot {
+	if !pairNamed(vol.Type) {
 		return nil
 	}
 	err := os.Remove(filepath.Dir(path))
