@@ -1,0 +1,224 @@
+package imgstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of DirSink and DirSource.
+const (
+	// DefaultBlockSize is the size of one write: large enough that the
+	// device sees long sequential requests, small enough to keep several
+	// in flight.
+	DefaultBlockSize = 1 << 20
+	// DefaultDepth is how many writes are in flight at once.
+	DefaultDepth = 4
+	// DefaultReadAhead is the size of one read of DirSource: one request
+	// of ~10 MiB in flight, the next issued as soon as it completes.
+	DefaultReadAhead = 10 << 20
+	// alignment is what O_DIRECT needs of buffers, offsets and lengths
+	// on every filesystem vessel uses (the logical block size is at most
+	// the page size).
+	alignment = 4096
+)
+
+// DirSink stores image files in a directory. Each file is written with
+// O_DIRECT (no page cache: the data goes to the device once, and a large
+// dump does not push other containers' cache out) in aligned blocks of
+// BlockSize, Depth of them in flight, into a temporary name; it is then
+// synced and renamed into place. The last, partial block is written padded
+// and the file truncated to its real size. A filesystem that refuses
+// O_DIRECT gets buffered writes (then synced) instead.
+type DirSink struct {
+	// Dir is the directory the files go to (it must exist).
+	Dir string
+	// BlockSize (a multiple of 4096) and Depth: DefaultBlockSize and
+	// DefaultDepth when zero.
+	BlockSize int
+	Depth     int
+
+	written atomic.Int64
+}
+
+// Written returns how many bytes the sink has written so far (progress).
+func (s *DirSink) Written() int64 { return s.written.Load() }
+
+// Store implements Sink.
+func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
+	if err := checkName(name); err != nil {
+		return fmt.Errorf("store %q: %w", name, err)
+	}
+	bs, depth := s.BlockSize, s.Depth
+	if bs <= 0 {
+		bs = DefaultBlockSize
+	}
+	if depth <= 0 {
+		depth = DefaultDepth
+	}
+	if bs%alignment != 0 {
+		return fmt.Errorf("store %s: block size %d is not a multiple of %d", name, bs, alignment)
+	}
+	final := filepath.Join(s.Dir, name)
+	tmp := filepath.Join(s.Dir, "."+name+".part")
+	f, direct, err := openDirect(tmp)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", name, err)
+	}
+	size, err := s.copyBlocks(ctx, f, r, bs, depth, direct)
+	if err == nil {
+		err = f.Truncate(size) // drops the padding of the last block
+	}
+	if err == nil {
+		err = unix.Fdatasync(int(f.Fd()))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err == nil {
+		err = syncDir(s.Dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store %s: %w", name, err)
+	}
+	return nil
+}
+
+// openDirect creates path for writing with O_DIRECT, or without it where
+// the filesystem refuses it (tmpfs); the bool says which.
+func openDirect(path string) (*os.File, bool, error) {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | unix.O_CLOEXEC
+	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0o600)
+	if errors.Is(err, unix.EINVAL) {
+		f, err = os.OpenFile(path, flags, 0o600)
+		return f, false, err
+	}
+	return f, true, err
+}
+
+// block is one aligned buffer and where it goes in the file.
+type block struct {
+	buf []byte // aligned, len = bytes to write (padded to alignment)
+	off int64
+}
+
+// copyBlocks reads r in blocks of bs and writes them at increasing offsets
+// with depth writers, returning the number of bytes read. Buffers are
+// recycled through a free list: at most depth+1 exist, so memory is
+// bounded whatever the file's size.
+func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, depth int, direct bool) (int64, error) {
+	arena, err := alignedAlloc(bs * (depth + 1))
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Munmap(arena) //nolint:errcheck // nothing to do about it
+	free := make(chan []byte, depth+1)
+	for i := 0; i <= depth; i++ {
+		free <- arena[i*bs : (i+1)*bs : (i+1)*bs]
+	}
+	todo := make(chan block, depth)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	var wg sync.WaitGroup
+	for range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range todo {
+				if ctx.Err() == nil {
+					if err := pwriteFull(f, b.buf, b.off); err != nil {
+						cancel(err)
+					} else {
+						s.written.Add(int64(len(b.buf)))
+					}
+				}
+				free <- b.buf[:cap(b.buf)]
+			}
+		}()
+	}
+
+	var off int64
+	var rerr error
+	for ctx.Err() == nil {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+		}
+		if buf == nil {
+			break
+		}
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			w := n
+			if direct && w%alignment != 0 {
+				// The tail: pad to the alignment; Truncate cuts it off.
+				w = (n + alignment - 1) / alignment * alignment
+				clear(buf[n:w])
+			}
+			todo <- block{buf: buf[:w], off: off}
+			off += int64(n)
+		} else {
+			free <- buf
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			rerr = fmt.Errorf("read: %w", err)
+			break
+		}
+	}
+	close(todo)
+	wg.Wait()
+	if rerr != nil {
+		return off, rerr
+	}
+	if err := context.Cause(ctx); err != nil {
+		return off, err
+	}
+	return off, nil
+}
+
+// pwriteFull writes all of b at off.
+func pwriteFull(f *os.File, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := f.WriteAt(b, off)
+		if err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
+}
+
+// alignedAlloc returns n bytes of page-aligned anonymous memory.
+func alignedAlloc(n int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %d aligned bytes: %w", n, err)
+	}
+	return b, nil
+}
+
+// syncDir makes a directory's entries (a rename) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

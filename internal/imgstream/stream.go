@@ -1,0 +1,44 @@
+package imgstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+)
+
+// Sink receives image files.
+type Sink interface {
+	// Store consumes r to its end as the content of the image file name
+	// (a base name such as "pages-1.img") and returns once the file is
+	// durably stored. On error (or when ctx ends) nothing of name may be
+	// left visible. Store may be called for several files at once.
+	Store(ctx context.Context, name string, r io.Reader) error
+}
+
+// Source serves image files.
+type Source interface {
+	// Open returns the content of the image file name. The bool is false
+	// (with a nil error) when there is no such file.
+	Open(ctx context.Context, name string) (io.ReadCloser, bool, error)
+}
+
+// Errors.
+var (
+	// ErrBadName says an image file name is not a plain base name.
+	ErrBadName = errors.New("invalid image file name")
+)
+
+// checkName refuses names that are not a single path element.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return ErrBadName
+	}
+	return nil
+}
+
+// IsPages reports whether name is a CRIU page file ("pages-N.img"), the
+// files that hold memory contents.
+func IsPages(name string) bool {
+	return strings.HasPrefix(name, "pages-") && strings.HasSuffix(name, ".img")
+}
