@@ -48,7 +48,14 @@ func progressLine(o api.Operation) string {
 	sort.Strings(keys)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s: %v", k, o.Metadata[k]))
+		v := o.Metadata[k]
+		switch k {
+		case api.MetaBytes: // memory image progress: sizes a person reads
+			v = humanBytes(uint64(number(v)))
+		case api.MetaRate:
+			v = humanRate(v)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %v", k, v))
 	}
 	return o.Description + " (" + strings.Join(parts, ", ") + ")"
 }

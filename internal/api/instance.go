@@ -48,10 +48,13 @@ type InstanceState struct {
 
 // InstanceSource says where a new container's root filesystem comes from.
 type InstanceSource struct {
-	// Type is "image".
+	// Type is "image" (the default) or "copy".
 	Type string `json:"type"`
 	// Image is an alias, a fingerprint or a unique fingerprint prefix.
-	Image string `json:"image"`
+	Image string `json:"image,omitempty"`
+	// Source, for "copy", is "NAME/SNAP" (a snapshot) or "NAME" (a
+	// stopped container).
+	Source string `json:"source,omitempty"`
 }
 
 // InstancesPost is POST /1.0/instances.

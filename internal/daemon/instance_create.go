@@ -24,8 +24,11 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 	if err := ValidateName("instance", req.Name); err != nil {
 		return nil, err
 	}
+	if req.Source.Type == "copy" {
+		return d.copyInstance(ctx, req)
+	}
 	if req.Source.Type != "" && req.Source.Type != "image" {
-		return nil, errorf(ErrInvalid, "unknown source type %q (want \"image\")", req.Source.Type)
+		return nil, errorf(ErrInvalid, "unknown source type %q (want \"image\" or \"copy\")", req.Source.Type)
 	}
 	if req.Source.Image == "" {
 		return nil, errorf(ErrInvalid, "no image given")

@@ -37,11 +37,14 @@ func (d *Daemon) deleteLocked(ctx context.Context, name string, force bool) erro
 			return err
 		}
 	}
+	if err := d.deleteSnapshotsLocked(ctx, name); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
 	var errs []error
 	if err := d.storage.DeleteVolume(ctx, containerVolume(name)); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range []string{d.cfg.bundleDir(name), filepath.Dir(d.cfg.logPath(name))} {
+	for _, p := range []string{d.cfg.bundleDir(name), filepath.Dir(d.cfg.logPath(name)), d.cfg.restoreWorkDir(name)} {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}

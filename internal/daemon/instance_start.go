@@ -14,6 +14,18 @@ import (
 
 // startLocked starts a stopped instance; the caller holds its lock.
 func (d *Daemon) startLocked(ctx context.Context, name string) error {
+	return d.bringUpLocked(ctx, name, func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error) {
+		return d.rt.Start(ctx, name, bundle, o)
+	})
+}
+
+// launchFunc runs a prepared bundle under a shim: a fresh start, or a
+// restore from a checkpoint.
+type launchFunc func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error)
+
+// bringUpLocked attaches a stopped instance's network, writes its bundle,
+// runs launch and tracks the result; the caller holds its lock.
+func (d *Daemon) bringUpLocked(ctx context.Context, name string, launch launchFunc) error {
 	inst, err := d.getRecord(name)
 	if err != nil {
 		return err
@@ -52,7 +64,7 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return err
 	}
-	proc, err := d.rt.Start(ctx, name, bundle, runtime.StartOptions{LogPath: logPath})
+	proc, err := launch(ctx, bundle, runtime.StartOptions{LogPath: logPath})
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}

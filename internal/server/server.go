@@ -39,6 +39,11 @@ type Core interface {
 	BuildImage(ctx context.Context, req api.ImageBuildPost) (*operations.Operation, error)
 	DeleteImage(ctx context.Context, ref string) error
 	StoragePool(ctx context.Context) (api.StoragePool, error)
+	ListSnapshots(ctx context.Context, name string) ([]api.Snapshot, error)
+	GetSnapshot(ctx context.Context, name, snap string) (api.Snapshot, error)
+	CreateSnapshot(ctx context.Context, name string, req api.SnapshotsPost) (*operations.Operation, error)
+	DeleteSnapshot(ctx context.Context, name, snap string) (*operations.Operation, error)
+	RestoreSnapshot(ctx context.Context, name, snap string, req api.SnapshotRestorePost) (*operations.Operation, error)
 	Operations() *operations.Registry
 }
 

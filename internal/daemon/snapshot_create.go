@@ -1,0 +1,296 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/imgstream"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/revert"
+	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
+)
+
+// captureSpare is how many page-file FIFOs are prepared beyond one per
+// process (shared memory segments get page files of their own). Page files
+// beyond them are written by CRIU itself: correct, only not through
+// vessel's writer.
+const captureSpare = 32
+
+// CreateSnapshot validates a snapshot request and runs it as an operation.
+// Allowed on a running instance (frozen for the copy) or a stopped one;
+// Stateful needs a running one.
+func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.SnapshotsPost) (*operations.Operation, error) {
+	if _, err := d.getRecord(name); err != nil {
+		return nil, err
+	}
+	if req.Name == "" {
+		n, err := d.nextSnapshotName(name)
+		if err != nil {
+			return nil, err
+		}
+		req.Name = n
+	}
+	if err := ValidateName("snapshot", req.Name); err != nil {
+		return nil, err
+	}
+	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
+		return nil, errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
+	}
+	if req.Stateful && d.liveOf(name) == nil {
+		return nil, errorf(ErrConflict, "instance %q is not running: a stateful snapshot saves running processes", name)
+	}
+	return d.ops.Start(d.ctx, "Creating snapshot", snapshotResources(name, req.Name), func(ctx context.Context, op *operations.Operation) error {
+		unlock, err := d.lockInstance(ctx, name)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		return d.snapshotLocked(ctx, op, name, req)
+	}), nil
+}
+
+// snapshotLocked takes the snapshot; the caller holds the instance's lock.
+// On any failure or cancellation nothing of the snapshot is left, and a
+// running container is thawed and keeps running.
+func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, name string, req api.SnapshotsPost) error {
+	inst, err := d.getRecord(name)
+	if err != nil {
+		return err
+	}
+	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
+		return errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
+	}
+	running := d.liveOf(name) != nil
+	if req.Stateful && !running {
+		return errorf(ErrConflict, "instance %q is not running: a stateful snapshot saves running processes", name)
+	}
+	r := revert.New()
+	defer r.Fail()
+	bg := context.WithoutCancel(ctx)
+
+	snapVol := snapshotVolume(name, req.Name)
+	var ck *checkpointRun
+	if req.Stateful {
+		if ck, err = d.prepareCheckpoint(ctx, name, req.Name); err != nil {
+			return err
+		}
+		r.Add(func() { ck.abort(bg) })
+	}
+
+	t0 := time.Now()
+	var frozen time.Duration
+	if running {
+		op.SetMetadata(map[string]any{api.MetaStage: "freeze"})
+		frozen, err = d.frozen(ctx, name, func() error {
+			if err := d.storage.CloneVolume(ctx, snapVol, containerVolume(name), true); err != nil {
+				return fmt.Errorf("snapshot the disk: %w", err)
+			}
+			r.Add(func() { _ = d.storage.DeleteVolume(bg, snapVol) })
+			if ck != nil {
+				return ck.dump(ctx, op)
+			}
+			return nil
+		})
+	} else {
+		op.SetMetadata(map[string]any{api.MetaStage: "copy"})
+		err = d.storage.CloneVolume(ctx, snapVol, containerVolume(name), true)
+		if err == nil {
+			r.Add(func() { _ = d.storage.DeleteVolume(bg, snapVol) })
+		}
+	}
+	if err != nil {
+		return err
+	}
+	rec := state.Snapshot{
+		Instance: name,
+		Name:     req.Name,
+		Created:  t0.UTC(),
+		Stateful: req.Stateful,
+		FrozenMs: float64(frozen.Microseconds()) / 1000,
+		Config:   inst.Config,
+		OS:       inst.OS,
+	}
+	if ck != nil {
+		op.SetMetadata(map[string]any{api.MetaStage: "sync"})
+		if rec.MemoryBytes, err = ck.finish(); err != nil {
+			return err
+		}
+	}
+	if rec.DiskBytes, err = d.storage.VolumeUsage(ctx, snapVol); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.state.CreateSnapshot(rec); err != nil {
+		return err
+	}
+	r.Success()
+	op.SetMetadata(map[string]any{api.MetaStage: "done", api.MetaSnapshot: req.Name, api.MetaFrozenMs: rec.FrozenMs})
+	return nil
+}
+
+// frozen runs fn with the instance's cgroup frozen and returns how long it
+// was frozen. The cgroup is thawed whatever happens.
+func (d *Daemon) frozen(ctx context.Context, name string, fn func() error) (time.Duration, error) {
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := cg.Freeze(ctx); err != nil {
+		return 0, err
+	}
+	ferr := fn()
+	terr := cg.Thaw()
+	frozen := time.Since(t0)
+	if terr != nil {
+		d.log.Error("thaw after snapshot", "name", name, "err", terr)
+	}
+	return frozen, errors.Join(ferr, terr)
+}
+
+// checkpointRun is one CRIU dump into a checkpoint volume, its page files
+// captured into vessel's writer.
+type checkpointRun struct {
+	d       *Daemon
+	name    string
+	snap    string
+	dir     string
+	sink    *imgstream.DirSink
+	capture *imgstream.Capture
+	stored  []string
+}
+
+// prepareCheckpoint creates the checkpoint volume and starts capturing its
+// page files (before the freeze: none of this needs to be frozen).
+func (d *Daemon) prepareCheckpoint(ctx context.Context, name, snap string) (*checkpointRun, error) {
+	vol := checkpointVolume(name, snap)
+	if err := d.storage.CreateVolume(ctx, vol); err != nil {
+		return nil, fmt.Errorf("create checkpoint volume: %w", err)
+	}
+	ck := &checkpointRun{d: d, name: name, snap: snap, dir: d.storage.Path(vol)}
+	ck.sink = &imgstream.DirSink{Dir: ck.dir}
+	n := captureSpare
+	if cg, err := d.instanceCgroup(name); err == nil {
+		if pids, err := cg.Pids(); err == nil {
+			n += len(pids)
+		}
+	}
+	capture, err := imgstream.StartCapture(ctx, ck.dir, n, ck.sink)
+	if err != nil {
+		_ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol)
+		return nil, err
+	}
+	ck.capture = capture
+	return ck, nil
+}
+
+// dump runs runc checkpoint --leave-running on the (frozen) container and
+// reports the bytes written as progress. CRIU seizes the frozen tasks,
+// thaws the cgroup to dump them (they stay stopped under ptrace), and puts
+// the freezer back to FROZEN when it detaches; the caller thaws.
+//
+// runc runs without ctx: killing runc would orphan its CRIU. A
+// cancellation aborts the capture instead, so CRIU's next page write
+// fails, CRIU gives the tasks back and runc returns.
+func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) error {
+	op.SetMetadata(map[string]any{api.MetaStage: "dump"})
+	stop := ck.reportProgress(op)
+	err := ck.d.rt.Checkpoint(context.WithoutCancel(ctx), ck.name, runtime.CheckpointOptions{
+		ImagePath:    ck.dir,
+		LeaveRunning: true,
+	})
+	stop()
+	stored, cerr := ck.capture.Finish()
+	ck.stored = stored
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case cerr != nil && !errors.Is(cerr, context.Canceled):
+		// The writer failed first (disk full): that is the cause, CRIU's
+		// broken pipe only its consequence.
+		return fmt.Errorf("write the memory image: %w", cerr)
+	case err != nil:
+		return fmt.Errorf("stateful snapshot of %s: %w", ck.name, err)
+	}
+	return nil
+}
+
+// reportProgress updates the operation's bytes and rate until stopped.
+func (ck *checkpointRun) reportProgress(op *operations.Operation) func() {
+	done := make(chan struct{})
+	t0 := time.Now()
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				n := ck.sink.Written()
+				op.SetMetadata(map[string]any{api.MetaBytes: n, api.MetaRate: int64(float64(n) / time.Since(t0).Seconds())})
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// finish makes the checkpoint durable: the captured page files were synced
+// by the sink; CRIU's other files (small) are synced here. It returns the
+// checkpoint's size in bytes.
+func (ck *checkpointRun) finish() (uint64, error) {
+	var total uint64
+	err := filepath.WalkDir(ck.dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		total += uint64(fi.Size())
+		if slices.Contains(ck.stored, e.Name()) {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+	if err == nil {
+		err = syncPath(ck.dir)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sync checkpoint %s/%s: %w", ck.name, ck.snap, err)
+	}
+	return total, nil
+}
+
+// abort removes everything of a failed checkpoint.
+func (ck *checkpointRun) abort(ctx context.Context) {
+	ck.capture.Abort()
+	if err := ck.d.storage.DeleteVolume(ctx, checkpointVolume(ck.name, ck.snap)); err != nil {
+		ck.d.log.Error("remove failed checkpoint", "name", ck.name, "snapshot", ck.snap, "err", err)
+	}
+}
+
+func syncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/imgstream"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/runtime"
+)
+
+// RestoreSnapshot validates a restore request and runs it as an operation.
+// The disk is always rolled back; Stateful also brings the processes back
+// as they were (the snapshot must be stateful). A running instance is
+// refused unless Force is set (then it is stopped first). After a
+// disk-only restore, an instance that was running is started again.
+func (d *Daemon) RestoreSnapshot(ctx context.Context, name, snap string, req api.SnapshotRestorePost) (*operations.Operation, error) {
+	rec, err := d.getSnapshotRecord(name, snap)
+	if err != nil {
+		return nil, err
+	}
+	if req.Stateful && !rec.Stateful {
+		return nil, errorf(ErrInvalid, "snapshot %q of instance %q holds no memory state: restore it without --stateful", snap, name)
+	}
+	if d.liveOf(name) != nil && !req.Force {
+		return nil, errorf(ErrConflict, "instance %q is running: restoring stops it, use --force", name)
+	}
+	return d.ops.Start(d.ctx, "Restoring snapshot", snapshotResources(name, snap), func(ctx context.Context, op *operations.Operation) error {
+		return d.withInstance(ctx, name, api.StatusStopping, func() error {
+			return d.restoreLocked(ctx, op, name, snap, req)
+		})
+	}), nil
+}
+
+func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, name, snap string, req api.SnapshotRestorePost) error {
+	if _, err := d.getSnapshotRecord(name, snap); err != nil {
+		return err
+	}
+	wasRunning := d.liveOf(name) != nil
+	if wasRunning {
+		if !req.Force {
+			return errorf(ErrConflict, "instance %q is running: restoring stops it, use --force", name)
+		}
+		op.SetMetadata(map[string]any{api.MetaStage: "stop"})
+		if err := d.stopLocked(ctx, name, true, 0); err != nil {
+			return err
+		}
+	}
+	op.SetMetadata(map[string]any{api.MetaStage: "disk"})
+	if err := d.rollbackDisk(ctx, name, snap); err != nil {
+		return err
+	}
+	switch {
+	case req.Stateful:
+		op.SetMetadata(map[string]any{api.MetaStage: "restore"})
+		t0 := time.Now()
+		if err := d.bringUpLocked(ctx, name, d.restoreLaunch(ctx, op, name, snap)); err != nil {
+			return err
+		}
+		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": float64(time.Since(t0).Microseconds()) / 1000})
+	case wasRunning:
+		op.SetMetadata(map[string]any{api.MetaStage: "start"})
+		return d.startLocked(ctx, name)
+	}
+	return nil
+}
+
+// rollbackDisk replaces the container's volume by a writable clone of the
+// snapshot. The snapshot itself is untouched, so a failure here can be
+// retried.
+func (d *Daemon) rollbackDisk(ctx context.Context, name, snap string) error {
+	vol := containerVolume(name)
+	if err := d.storage.DeleteVolume(ctx, vol); err != nil {
+		return fmt.Errorf("remove the current disk: %w", err)
+	}
+	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(name, snap), false); err != nil {
+		return fmt.Errorf("restore the disk from snapshot %q (retry the restore): %w", snap, err)
+	}
+	return nil
+}
+
+// restoreLaunch returns the launch step of a stateful restore: runc
+// restore under a new shim from the checkpoint volume. While CRIU sets the
+// container up, vessel reads the page files ahead of it, sequentially in
+// large requests, so CRIU finds the pages in the cache.
+func (d *Daemon) restoreLaunch(ctx context.Context, op *operations.Operation, name, snap string) launchFunc {
+	return func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error) {
+		images := d.storage.Path(checkpointVolume(name, snap))
+		work := d.cfg.restoreWorkDir(name)
+		if err := os.RemoveAll(work); err != nil {
+			return runtime.Process{}, err
+		}
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return runtime.Process{}, err
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			n, err := imgstream.Prefetch(pctx, images)
+			if err != nil && pctx.Err() == nil {
+				d.log.Warn("prefetch of checkpoint failed", "name", name, "snapshot", snap, "err", err)
+			}
+			op.SetMetadata(map[string]any{api.MetaBytes: n})
+		}()
+		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
+			StartOptions: o,
+			ImagePath:    images,
+			WorkPath:     work,
+		})
+	}
+}
+
+// restoreWorkDir is where CRIU writes restore.log for an instance.
+func (c *Config) restoreWorkDir(name string) string {
+	return filepath.Join(c.RunDir, "restore", name)
+}

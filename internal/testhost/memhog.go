@@ -1,0 +1,81 @@
+package testhost
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// memhogSource is a tiny program that allocates MiB of anonymous memory,
+// fills every byte (pseudo-random, incompressible), writes "ready" to a
+// file and waits forever: a container workload whose memory state is known
+// in size, for checkpoint tests and benchmarks.
+const memhogSource = `#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <stdint.h>
+int main(int argc, char **argv) {
+	if (argc != 3) { fprintf(stderr, "usage: memhog MIB READYFILE\n"); return 2; }
+	size_t n = (size_t)atol(argv[1]) << 20;
+	uint64_t *p = malloc(n), x = 88172645463325252ULL;
+	if (!p) { perror("malloc"); return 1; }
+	for (size_t i = 0; i < n / 8; i++) {
+		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		p[i] = x;
+	}
+	FILE *f = fopen(argv[2], "w");
+	if (!f) { perror(argv[2]); return 1; }
+	fprintf(f, "ready\n");
+	fclose(f);
+	for (;;) pause();
+}
+`
+
+// BuildMemhog compiles memhog (gcc -static) into the file dst.
+func BuildMemhog(dst string) error {
+	dir, err := os.MkdirTemp("", "memhog-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "memhog.c")
+	if err := os.WriteFile(src, []byte(memhogSource), 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command("gcc", "-static", "-O2", "-o", dst, src).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gcc memhog: %w: %s", err, out)
+	}
+	return nil
+}
+
+// PoolPath returns the host path of the storage pool (btrfs or dir).
+func (h *Host) PoolPath() string {
+	return filepath.Join(h.root, "storage-pools", "default")
+}
+
+// ContainerPath returns the host path of a container's root filesystem.
+func (h *Host) ContainerPath(name string) string {
+	return filepath.Join(h.PoolPath(), "containers", name)
+}
+
+// StartMemhog copies memhog into a running container and starts it in the
+// background holding mib MiB, and waits until its memory is filled.
+func (h *Host) StartMemhog(name, memhog string, mib int) {
+	h.t.Helper()
+	b, err := os.ReadFile(memhog)
+	if err != nil {
+		h.t.Fatalf("%v", err)
+	}
+	if err := os.WriteFile(filepath.Join(h.ContainerPath(name), "bin", "memhog"), b, 0o755); err != nil {
+		h.t.Fatalf("%v", err)
+	}
+	// exec waits for its command's output pipes: the background process
+	// gets its own session and no inherited descriptors.
+	h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("rm -f /tmp/memhog.ready; setsid memhog %d /tmp/memhog.ready </dev/null >/dev/null 2>&1 &", mib))
+	h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /tmp/memhog.ready ]; do sleep 0.1; done")
+}
