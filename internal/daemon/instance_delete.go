@@ -44,7 +44,7 @@ func (d *Daemon) deleteLocked(ctx context.Context, name string, force bool) erro
 	if err := d.storage.DeleteVolume(ctx, containerVolume(name)); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range []string{d.cfg.bundleDir(name), filepath.Dir(d.cfg.logPath(name)), d.cfg.restoreWorkDir(name)} {
+	for _, p := range []string{d.cfg.bundleDir(name), filepath.Dir(d.cfg.logPath(name)), filepath.Dir(d.cfg.restoreWorkDir(name))} {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}

@@ -205,8 +205,15 @@ func (d *Daemon) prepareCheckpoint(ctx context.Context, name, snap string) (*che
 func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) error {
 	op.SetMetadata(map[string]any{api.MetaStage: "dump"})
 	stop := ck.reportProgress(op)
+	// CRIU's dump.log goes outside the checkpoint, so that it is still
+	// there to read when a failed checkpoint has been removed.
+	work := ck.d.cfg.dumpWorkDir(ck.name)
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
 	err := ck.d.rt.Checkpoint(context.WithoutCancel(ctx), ck.name, runtime.CheckpointOptions{
 		ImagePath:    ck.dir,
+		WorkPath:     work,
 		LeaveRunning: true,
 	})
 	stop()

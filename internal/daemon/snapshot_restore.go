@@ -114,7 +114,12 @@ func (d *Daemon) restoreLaunch(ctx context.Context, op *operations.Operation, na
 	}
 }
 
-// restoreWorkDir is where CRIU writes restore.log for an instance.
+// restoreWorkDir and dumpWorkDir are where CRIU writes restore.log and
+// dump.log for an instance (kept until the next restore or dump).
 func (c *Config) restoreWorkDir(name string) string {
-	return filepath.Join(c.RunDir, "restore", name)
+	return filepath.Join(c.RunDir, "criu", name, "restore")
+}
+
+func (c *Config) dumpWorkDir(name string) string {
+	return filepath.Join(c.RunDir, "criu", name, "dump")
 }

@@ -150,7 +150,7 @@ func TestSnapshotBadInput(t *testing.T) {
 		{"not found", []string{"snapshot", "delete", "c1", "nope"}},
 		{"already exists", []string{"snapshot", "create", "c1", "s1"}},
 		{"snapshot name", []string{"snapshot", "create", "c1", "Bad_Name"}},
-		{"snapshot name", []string{"snapshot", "create", "c1", "-x"}},
+		{"snapshot name", []string{"snapshot", "create", "c1", "--", "-x"}},
 		{"snapshot name", []string{"copy", "c1/Bad", "c9"}},
 		{"not running", []string{"snapshot", "create", "off", "--stateful"}},
 		{"no memory state", []string{"snapshot", "restore", "c1", "s1", "--stateful", "--force"}},
@@ -256,4 +256,64 @@ func TestSnapshotStateful(t *testing.T) {
 	h.OK("delete", "c1")
 	h.assertNoInstanceTraces("c1")
 	h.assertNoSnapshotTraces("c1", "live")
+}
+
+// TestSnapshotStatefulUndumpable: CRIU refuses an established TCP
+// connection (without --tcp-established). The snapshot fails with CRIU's
+// reason, nothing is left, and the container runs on untouched.
+func TestSnapshotStatefulUndumpable(t *testing.T) {
+	h := newHost(t)
+	h.OK("launch", "busybox", "c1")
+	// busybox nc ends at the end of its input: feed both ends from sleep.
+	h.OK("exec", "c1", "--", "sh", "-c", `setsid sh -c 'sleep 100000 | nc -l -p 5000' </dev/null >/dev/null 2>&1 &
+		sleep 0.3; setsid sh -c 'sleep 100000 | nc 127.0.0.1 5000' </dev/null >/dev/null 2>&1 &`)
+	eventually(t, "an established connection", func() bool { return h.tcpEstablished("c1") })
+	pid := h.instances()["c1"].PID
+	procs := h.OK("exec", "c1", "--", "ps", "-o", "pid,args")
+
+	r := h.Fails("TCP", "snapshot", "create", "c1", "s1", "--stateful")
+	t.Logf("expected failure: %s", r.Stderr)
+	if !strings.Contains(r.Stderr, "criu") {
+		t.Errorf("error does not quote CRIU: %s", r.Stderr)
+	}
+	if snaps := h.snapshots("c1"); len(snaps) != 0 {
+		t.Errorf("failed snapshot listed: %+v", snaps)
+	}
+	h.assertNoSnapshotTraces("c1", "s1")
+	i := h.instances()["c1"]
+	if i.Status != api.StatusRunning || i.PID != pid {
+		t.Errorf("after the failed dump: %+v, want init %d running", i, pid)
+	}
+	// The same processes run, and are not frozen: the connection still
+	// works and new commands run.
+	if after := h.OK("exec", "c1", "--", "ps", "-o", "pid,args"); countLines(after, "nc") != countLines(procs, "nc") {
+		t.Errorf("processes changed:\nbefore:\n%s\nafter:\n%s", procs, after)
+	}
+	if !h.tcpEstablished("c1") {
+		t.Error("connection gone")
+	}
+	// A disk-only snapshot of the same container works.
+	h.OK("snapshot", "create", "c1", "s1")
+}
+
+func countLines(s, sub string) int {
+	n := 0
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// tcpEstablished reports whether the container has an established TCP
+// connection (state 01 in /proc/net/tcp or tcp6).
+func (h *host) tcpEstablished(name string) bool {
+	h.t.Helper()
+	for _, l := range strings.Split(h.Vessel("exec", name, "--", "cat", "/proc/net/tcp", "/proc/net/tcp6").Stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[3] == "01" {
+			return true
+		}
+	}
+	return false
 }
