@@ -3,12 +3,14 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/testhost"
 )
 
 // snapshots returns `vessel snapshot list NAME --format json` by name.
@@ -316,4 +318,110 @@ func (h *host) tcpEstablished(name string) bool {
 		}
 	}
 	return false
+}
+
+// buildMemhog compiles the memhog workload once per test.
+func buildMemhog(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "memhog")
+	if err := testhost.BuildMemhog(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSnapshotCancel: cancelling a stateful snapshot while its memory is
+// being written leaves nothing and the container running.
+func TestSnapshotCancel(t *testing.T) {
+	h := newHost(t)
+	memhog := buildMemhog(t)
+	h.OK("launch", "busybox", "c1")
+	h.StartMemhog("c1", memhog, 768)
+	pid := h.instances()["c1"].PID
+
+	ctx := t.Context()
+	op, err := h.Client().CreateSnapshot(ctx, "c1", api.SnapshotsPost{Name: "big", Stateful: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cancel once the memory image is being written.
+	eventually(t, "the dump to write", func() bool {
+		cur, err := h.Client().GetOperation(ctx, op.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := cur.Metadata[api.MetaBytes].(float64)
+		return n > 0 || cur.Done()
+	})
+	if err := op.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = op.Wait(ctx, nil)
+	if op.Status == api.OperationSuccess {
+		t.Fatal("the snapshot finished before the cancel arrived: nothing to test")
+	}
+	t.Logf("cancelled: %s: %v", op.Status, err)
+	if op.Status != api.OperationCancelled {
+		t.Errorf("operation status %s, want %s", op.Status, api.OperationCancelled)
+	}
+	if snaps := h.snapshots("c1"); len(snaps) != 0 {
+		t.Errorf("cancelled snapshot listed: %+v", snaps)
+	}
+	h.assertNoSnapshotTraces("c1", "big")
+	i := h.instances()["c1"]
+	if i.Status != api.StatusRunning || i.PID != pid {
+		t.Errorf("after cancel: %+v", i)
+	}
+	h.OK("exec", "c1", "--", "pidof", "memhog") // still there, and not frozen
+	// The same snapshot can then be taken.
+	h.OK("snapshot", "create", "c1", "big", "--stateful")
+}
+
+// TestSnapshotDiskFull: a stateful snapshot on a full pool fails with a
+// clear error, leaves nothing and the container running.
+func TestSnapshotDiskFull(t *testing.T) {
+	h := &host{Host: testhost.New(t, binDir, testhost.Options{StorageSizeMiB: 1024}), t: t}
+	memhog := buildMemhog(t)
+	h.OK("launch", "busybox", "c1")
+	h.StartMemhog("c1", memhog, 256)
+	pid := h.instances()["c1"].PID
+
+	// Fill the pool, leaving less room than the memory image needs.
+	fill := filepath.Join(h.PoolPath(), "filler")
+	f, err := os.Create(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break // ENOSPC
+		}
+	}
+	f.Close()
+	st, _ := os.Stat(fill)
+	// Give back 64 MiB so that metadata and small files still fit.
+	if err := os.Truncate(fill, st.Size()-64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sync").CombinedOutput(); err != nil {
+		t.Fatalf("sync: %v %s", err, out)
+	}
+
+	r := h.Fails("no space left on device", "snapshot", "create", "c1", "s1", "--stateful")
+	t.Logf("expected failure: %s", r.Stderr)
+	if snaps := h.snapshots("c1"); len(snaps) != 0 {
+		t.Errorf("failed snapshot listed: %+v", snaps)
+	}
+	h.assertNoSnapshotTraces("c1", "s1")
+	i := h.instances()["c1"]
+	if i.Status != api.StatusRunning || i.PID != pid {
+		t.Errorf("after the failure: %+v", i)
+	}
+	h.OK("exec", "c1", "--", "pidof", "memhog")
+	// With room again, it works.
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	h.OK("snapshot", "create", "c1", "s1", "--stateful")
 }
