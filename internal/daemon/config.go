@@ -48,7 +48,19 @@ type Config struct {
 
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
+
+	// SnapshotIO says who writes and reads a checkpoint's memory pages:
+	// SnapshotIOVessel (default: vessel's O_DIRECT writer on dump, its
+	// read-ahead on restore) or SnapshotIOCRIU (CRIU alone, then an
+	// fsync; kept to measure the difference).
+	SnapshotIO string
 }
+
+// Values of Config.SnapshotIO.
+const (
+	SnapshotIOVessel = "vessel"
+	SnapshotIOCRIU   = "criu"
+)
 
 // Default values.
 const (
@@ -77,6 +89,7 @@ func DefaultConfig() Config {
 		CgroupParent:  DefaultCgroupParent,
 		Busybox:       DefaultBusybox,
 		StopTimeout:   DefaultStopTimeout,
+		SnapshotIO:    SnapshotIOVessel,
 	}
 }
 
@@ -117,6 +130,12 @@ func (c *Config) fill() error {
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = def.StopTimeout
+	}
+	if c.SnapshotIO == "" {
+		c.SnapshotIO = def.SnapshotIO
+	}
+	if c.SnapshotIO != SnapshotIOVessel && c.SnapshotIO != SnapshotIOCRIU {
+		return errorf(ErrInvalid, "snapshot I/O %q: want %q or %q", c.SnapshotIO, SnapshotIOVessel, SnapshotIOCRIU)
 	}
 	for _, p := range []string{c.Root, c.RunDir, c.Socket} {
 		if !filepath.IsAbs(p) {

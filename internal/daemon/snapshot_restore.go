@@ -61,7 +61,7 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, na
 		if err := d.bringUpLocked(ctx, name, d.restoreLaunch(ctx, op, name, snap)); err != nil {
 			return err
 		}
-		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": float64(time.Since(t0).Microseconds()) / 1000})
+		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)), "io": d.cfg.SnapshotIO})
 	case wasRunning:
 		op.SetMetadata(map[string]any{api.MetaStage: "start"})
 		return d.startLocked(ctx, name)
@@ -99,13 +99,15 @@ func (d *Daemon) restoreLaunch(ctx context.Context, op *operations.Operation, na
 		}
 		pctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go func() {
-			n, err := imgstream.Prefetch(pctx, images)
-			if err != nil && pctx.Err() == nil {
-				d.log.Warn("prefetch of checkpoint failed", "name", name, "snapshot", snap, "err", err)
-			}
-			op.SetMetadata(map[string]any{api.MetaBytes: n})
-		}()
+		if d.cfg.SnapshotIO == SnapshotIOVessel { // else CRIU reads alone
+			go func() {
+				n, err := imgstream.Prefetch(pctx, images)
+				if err != nil && pctx.Err() == nil {
+					d.log.Warn("prefetch of checkpoint failed", "name", name, "snapshot", snap, "err", err)
+				}
+				op.SetMetadata(map[string]any{api.MetaBytes: n})
+			}()
+		}
 		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
 			StartOptions: o,
 			ImagePath:    images,

@@ -221,6 +221,10 @@ func (h *Host) KillDaemon() {
 	h.cmd = nil
 }
 
+// SetExtraArgs replaces the extra vesseld flags used by the next Start or
+// RestartDaemon (benchmarks compare daemon settings on one host).
+func (h *Host) SetExtraArgs(args ...string) { h.opts.ExtraArgs = args }
+
 func (h *Host) RestartDaemon() {
 	h.t.Helper()
 	h.StopDaemon()
