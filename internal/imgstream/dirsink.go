@@ -37,6 +37,10 @@ const (
 // synced and renamed into place. The last, partial block is written padded
 // and the file truncated to its real size. A filesystem that refuses
 // O_DIRECT gets buffered writes (then synced) instead.
+//
+// Store returns once the file's data is durable; the directory entries of a
+// batch of files are made durable by one SyncDir at the end (a directory
+// fsync per file would cost a filesystem log commit each).
 type DirSink struct {
 	// Dir is the directory the files go to (it must exist).
 	Dir string
@@ -84,9 +88,6 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	}
 	if err == nil {
 		err = os.Rename(tmp, final)
-	}
-	if err == nil {
-		err = syncDir(s.Dir)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -212,6 +213,9 @@ func alignedAlloc(n int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// SyncDir makes the names of the files stored so far durable.
+func (s *DirSink) SyncDir() error { return syncDir(s.Dir) }
 
 // syncDir makes a directory's entries (a rename) durable.
 func syncDir(dir string) error {

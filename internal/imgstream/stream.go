@@ -10,8 +10,9 @@ import (
 // Sink receives image files.
 type Sink interface {
 	// Store consumes r to its end as the content of the image file name
-	// (a base name such as "pages-1.img") and returns once the file is
-	// durably stored. On error (or when ctx ends) nothing of name may be
+	// (a base name such as "pages-1.img") and returns once the file's
+	// content is durably stored (a sink may leave making a batch of names
+	// durable to a final step of its own, as DirSink.SyncDir). On error (or when ctx ends) nothing of name may be
 	// left visible. Store may be called for several files at once.
 	Store(ctx context.Context, name string, r io.Reader) error
 }

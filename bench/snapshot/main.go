@@ -1,0 +1,307 @@
+// Command snapshot measures vessel's snapshots against the raw bandwidth of
+// the same storage, measured in the same run:
+//
+//   - the frozen time of a disk-only snapshot (btrfs ioctl under a frozen
+//     cgroup);
+//   - for containers holding S MiB of dirty anonymous memory (a memhog
+//     process; S = 0 is an idle busybox container): the frozen time and
+//     total time of a stateful snapshot, the memory image write rate (page
+//     bytes / time from the dump's start until they are durable) and the
+//     stateful restore rate (page bytes / restore time, caches dropped
+//     first);
+//   - each with vessel doing the page I/O (--snapshot-io vessel: O_DIRECT
+//     1 MiB writes, 4 in flight; 10 MiB read-ahead on restore) and with
+//     CRIU doing it alone (--snapshot-io criu: buffered writes, then fsync);
+//   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
+//     pool, interleaved with the runs above.
+//
+// It prints JSON (medians over -n runs).
+//
+//	go run ./bench/snapshot -n 5 -sizes 0,256,1024
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vesselhost/vessel/bench/internal/benchutil"
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+// Result is the benchmark's JSON output.
+type Result struct {
+	Benchmark string            `json:"benchmark"`
+	Machine   benchutil.Machine `json:"machine"`
+	N         int               `json:"n"`
+	// Raw is fio on a file in the pool: MB/s (10^6 bytes).
+	Raw struct {
+		WriteMBps benchutil.Stats `json:"write_mb_s"`
+		ReadMBps  benchutil.Stats `json:"read_mb_s"`
+		Command   string          `json:"command"`
+	} `json:"raw_fio"`
+	DiskOnly struct {
+		FrozenMs benchutil.Stats `json:"frozen_ms"`
+		TotalMs  benchutil.Stats `json:"total_ms"`
+	} `json:"disk_snapshot"`
+	Stateful  []SizeResult       `json:"stateful"`
+	Reference map[string]float64 `json:"reference"`
+}
+
+// SizeResult is one memory size, for each I/O mode.
+type SizeResult struct {
+	RSSMiB int                   `json:"rss_mib"`
+	Modes  map[string]ModeResult `json:"modes"`
+}
+
+// ModeResult is the stateful snapshot and restore of one size in one mode.
+type ModeResult struct {
+	PageBytes   uint64          `json:"page_bytes"`
+	FrozenMs    benchutil.Stats `json:"frozen_ms"`
+	SnapshotMs  benchutil.Stats `json:"snapshot_total_ms"`
+	DumpMs      benchutil.Stats `json:"dump_ms"`
+	SyncMs      benchutil.Stats `json:"sync_after_thaw_ms"`
+	WriteMBps   benchutil.Stats `json:"write_mb_s"`
+	RestoreMs   benchutil.Stats `json:"restore_ms"`
+	RestoreMBps benchutil.Stats `json:"restore_mb_s"`
+	// Ratios of the medians to the raw fio medians.
+	WriteVsRaw   float64 `json:"write_vs_raw"`
+	RestoreVsRaw float64 `json:"restore_vs_raw"`
+}
+
+var modes = []string{"vessel", "criu"}
+
+func main() {
+	n := flag.Int("n", 5, "runs per size and mode")
+	sizesFlag := flag.String("sizes", "0,256,1024", "MiB of dirty memory per container (0: idle busybox)")
+	out := flag.String("o", "", "write JSON here as well as to stdout")
+	flag.Parse()
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bad -sizes:", err)
+			os.Exit(2)
+		}
+		sizes = append(sizes, v)
+	}
+
+	r := benchutil.NewRunner()
+	defer r.Close()
+	bin, err := testhost.Build()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(bin) })
+	memhog := filepath.Join(bin, "memhog")
+	if err := testhost.BuildMemhog(memhog); err != nil {
+		r.Fatalf("%v", err)
+	}
+	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 12 << 10})
+	b := &bench{r: r, h: h, c: h.Client(), memhog: memhog}
+
+	var res Result
+	res.Benchmark, res.Machine, res.N = "snapshot", benchutil.ThisMachine(), *n
+	res.Raw.Command = strings.Join(fioArgs("write", "POOL/fio.dat"), " ")
+
+	b.diskOnly(&res, 10)
+	for _, size := range sizes {
+		sr := SizeResult{RSSMiB: size, Modes: map[string]ModeResult{}}
+		name := fmt.Sprintf("m%d", size)
+		h.OK("launch", "busybox", name)
+		if size > 0 {
+			h.StartMemhog(name, memhog, size)
+		}
+		for _, mode := range modes {
+			b.setMode(mode)
+			sr.Modes[mode] = b.stateful(name, mode, *n)
+		}
+		h.OK("delete", "--force", name)
+		res.Stateful = append(res.Stateful, sr)
+	}
+	res.Raw.WriteMBps = benchutil.Summarise(b.rawWrite)
+	res.Raw.ReadMBps = benchutil.Summarise(b.rawRead)
+	for _, sr := range res.Stateful {
+		for mode, mr := range sr.Modes {
+			mr.WriteVsRaw = benchutil.Ratio(mr.WriteMBps.Median, res.Raw.WriteMBps.Median)
+			mr.RestoreVsRaw = benchutil.Ratio(mr.RestoreMBps.Median, res.Raw.ReadMBps.Median)
+			sr.Modes[mode] = mr
+		}
+	}
+	res.Reference = map[string]float64{
+		"incus_stateful_snapshot_ms": 357,
+		"incus_stateful_restore_ms":  949,
+	}
+	_ = benchutil.WriteJSON(os.Stdout, res)
+	if *out != "" {
+		if f, err := os.Create(*out); err == nil {
+			_ = benchutil.WriteJSON(f, res)
+			f.Close()
+		}
+	}
+}
+
+type bench struct {
+	r       *benchutil.Runner
+	h       *testhost.Host
+	c       *client.Client
+	memhog  string
+	rawRead []float64
+	// rawWrite and rawRead collect fio samples interleaved with the runs.
+	rawWrite []float64
+}
+
+// setMode restarts the daemon with --snapshot-io mode (containers keep
+// running across the restart).
+func (b *bench) setMode(mode string) {
+	b.h.SetExtraArgs("--snapshot-io", mode)
+	b.h.RestartDaemon()
+}
+
+// diskOnly takes k disk snapshots of a running container.
+func (b *bench) diskOnly(res *Result, k int) {
+	b.h.OK("launch", "busybox", "disk")
+	var frozen, total []float64
+	for i := 0; i < k; i++ {
+		snap := fmt.Sprintf("d%d", i)
+		t0 := time.Now()
+		b.h.OK("snapshot", "create", "disk", snap)
+		total = append(total, benchutil.Ms(time.Since(t0)))
+		s, err := b.c.Snapshot(context.Background(), "disk", snap)
+		if err != nil {
+			b.r.Fatalf("%v", err)
+		}
+		frozen = append(frozen, s.FrozenMs)
+	}
+	b.h.OK("delete", "--force", "disk")
+	res.DiskOnly.FrozenMs = benchutil.Summarise(frozen)
+	res.DiskOnly.TotalMs = benchutil.Summarise(total)
+}
+
+// stateful runs n stateful snapshots and restores of container name.
+func (b *bench) stateful(name, mode string, n int) ModeResult {
+	ctx := context.Background()
+	var mr ModeResult
+	var frozen, total, dump, sync, wrate, restore, rrate []float64
+	for i := 0; i < n; i++ {
+		b.fio()
+		snap := fmt.Sprintf("%s%d", mode, i)
+		t0 := time.Now()
+		op, err := b.c.CreateSnapshot(ctx, name, api.SnapshotsPost{Name: snap, Stateful: true})
+		if err == nil {
+			err = op.Wait(ctx, nil)
+		}
+		if err != nil {
+			b.r.Fatalf("stateful snapshot of %s (%s): %v", name, mode, err)
+		}
+		total = append(total, benchutil.Ms(time.Since(t0)))
+		md := op.Metadata
+		mr.PageBytes = uint64(num(md["page_bytes"]))
+		frozen = append(frozen, num(md[api.MetaFrozenMs]))
+		dump = append(dump, num(md["dump_ms"]))
+		sync = append(sync, num(md["sync_ms"]))
+		// Durable at the end of the dump (vessel's writer syncs), or only
+		// after the fsync that follows (CRIU's buffered writes).
+		durable := num(md["dump_ms"])
+		if mode == "criu" {
+			durable += num(md["sync_ms"])
+		}
+		wrate = append(wrate, mbps(mr.PageBytes, durable))
+
+		dropCaches(b.r)
+		op, err = b.c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
+		if err == nil {
+			err = op.Wait(ctx, nil)
+		}
+		if err != nil {
+			b.r.Fatalf("stateful restore of %s (%s): %v", name, mode, err)
+		}
+		rms := num(op.Metadata["restore_ms"])
+		restore = append(restore, rms)
+		rrate = append(rrate, mbps(mr.PageBytes, rms))
+		if strings.HasPrefix(name, "m") && name != "m0" {
+			b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
+		}
+		b.h.OK("snapshot", "delete", name, snap)
+		b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
+			name, mode, frozen[i], dump[i], wrate[i], rms, rrate[i])
+	}
+	mr.FrozenMs = benchutil.Summarise(frozen)
+	mr.SnapshotMs = benchutil.Summarise(total)
+	mr.DumpMs = benchutil.Summarise(dump)
+	mr.SyncMs = benchutil.Summarise(sync)
+	mr.WriteMBps = benchutil.Summarise(wrate)
+	mr.RestoreMs = benchutil.Summarise(restore)
+	mr.RestoreMBps = benchutil.Summarise(rrate)
+	return mr
+}
+
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+func mbps(bytes uint64, ms float64) float64 {
+	if ms <= 0 {
+		return 0
+	}
+	return float64(bytes) / 1e6 / (ms / 1000)
+}
+
+// fioSize is the size of the raw baseline's file.
+const fioSize = "1G"
+
+func fioArgs(rw, file string) []string {
+	return []string{"--name=raw", "--filename=" + file, "--rw=" + rw, "--bs=1M", "--iodepth=8",
+		"--ioengine=libaio", "--direct=1", "--size=" + fioSize, "--end_fsync=1", "--output-format=json"}
+}
+
+// fio measures the pool's raw sequential write and (cold) read once.
+func (b *bench) fio() {
+	file := filepath.Join(b.h.PoolPath(), "fio.dat")
+	defer os.Remove(file)
+	for _, rw := range []string{"write", "read"} {
+		if rw == "read" {
+			dropCaches(b.r)
+		}
+		out, err := exec.Command("fio", fioArgs(rw, file)...).Output()
+		if err != nil {
+			b.r.Fatalf("fio %s: %v", rw, err)
+		}
+		var res struct {
+			Jobs []struct {
+				Read struct {
+					BwBytes float64 `json:"bw_bytes"`
+				} `json:"read"`
+				Write struct {
+					BwBytes float64 `json:"bw_bytes"`
+				} `json:"write"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
+			b.r.Fatalf("fio output: %v", err)
+		}
+		if rw == "write" {
+			b.rawWrite = append(b.rawWrite, res.Jobs[0].Write.BwBytes/1e6)
+		} else {
+			b.rawRead = append(b.rawRead, res.Jobs[0].Read.BwBytes/1e6)
+		}
+	}
+}
+
+// dropCaches empties the page cache so reads come from the device.
+func dropCaches(r *benchutil.Runner) {
+	exec.Command("sync").Run() //nolint:errcheck // best effort
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
+		r.Fatalf("drop caches: %v", err)
+	}
+}
