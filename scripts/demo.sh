@@ -2,7 +2,8 @@
 # demo.sh — the tour of vessel on embedded defaults (run by `make demo`).
 # Starts vesseld if it is not running, then walks through a container's
 # life: launch from the built-in image, list, exec, address and distro,
-# console log, stop, delete.
+# console log, snapshots (a change rolled back; memory state), copy, stop,
+# delete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/bin
@@ -34,6 +35,7 @@ bold "vesseld"
 start_daemon
 # A leftover from an interrupted tour is removed first.
 vessel delete --force "$NAME" >/dev/null 2>&1 || true
+vessel delete --force "$NAME-copy" >/dev/null 2>&1 || true
 
 bold "The host: distribution, kernel, cgroups, storage, runc and CRIU"
 run vessel info
@@ -67,6 +69,28 @@ run vessel info "$NAME"
 
 bold "Console log (init's output)"
 run vessel console "$NAME"
+
+bold "Snapshot, change, roll back (the container is frozen only for a btrfs ioctl)"
+run vessel exec "$NAME" -- sh -c 'echo "release 1" > /root/app.conf'
+run vessel snapshot create "$NAME" before-upgrade
+run vessel exec "$NAME" -- sh -c 'echo "release 2 (broken)" > /root/app.conf; rm /etc/hostname'
+run vessel exec "$NAME" -- cat /root/app.conf
+run vessel snapshot list "$NAME"
+run vessel snapshot restore "$NAME" before-upgrade --force
+run vessel exec "$NAME" -- cat /root/app.conf /etc/hostname
+
+bold "Stateful snapshot: memory too; a counter continues where it was"
+run vessel exec "$NAME" -- sh -c "setsid sh -c 'i=0; while :; do i=\$((i+1)); echo \$i > /root/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"
+sleep 1
+run vessel snapshot create "$NAME" live --stateful
+echo "count at the snapshot: $(cat "${VESSEL_ROOT:-/var/lib/vessel}/storage-pools/default/snapshots/$NAME/live/root/count" 2>/dev/null || echo '?')"
+sleep 2
+echo "count now: $(vessel exec "$NAME" -- cat /root/count)"
+run vessel snapshot restore "$NAME" live --stateful --force
+echo "count after restore: $(vessel exec "$NAME" -- cat /root/count)"
+run vessel copy "$NAME/before-upgrade" "$NAME-copy"
+run vessel list
+run vessel delete "$NAME-copy"
 
 bold "Stop (init's shutdown path) and delete"
 run vessel stop "$NAME"
