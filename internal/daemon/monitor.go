@@ -121,6 +121,7 @@ func (d *Daemon) reattach(ctx context.Context) error {
 		status, pid, err := d.rt.State(ctx, inst.Name)
 		if err == nil && status == runtime.StatusRunning {
 			if _, err := d.track(inst.Name, runtime.Process{InitPid: pid}); err == nil {
+				d.thawLeftover(inst.Name)
 				d.log.Info("reattached running container", "name", inst.Name, "pid", pid)
 				continue
 			}

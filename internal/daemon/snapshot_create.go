@@ -16,6 +16,7 @@ import (
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
 )
 
 // captureSpare is how many page-file FIFOs are prepared beyond one per
@@ -77,6 +78,13 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, n
 	bg := context.WithoutCancel(ctx)
 
 	snapVol := snapshotVolume(name, req.Name)
+	// Volumes without a record are the remains of a daemon that died
+	// mid-snapshot: nobody lists them, they only block the name.
+	for _, vol := range []storage.Volume{snapVol, checkpointVolume(name, req.Name)} {
+		if err := d.storage.DeleteVolume(ctx, vol); err != nil {
+			return err
+		}
+	}
 	var ck *checkpointRun
 	if req.Stateful {
 		if ck, err = d.prepareCheckpoint(ctx, name, req.Name); err != nil {
@@ -331,3 +339,16 @@ func syncPath(p string) error {
 
 // ms is a duration in milliseconds with microsecond precision.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// thawLeftover thaws a running container found frozen at daemon start: a
+// daemon that died during a snapshot's frozen window left it so (vessel
+// freezes containers for nothing else).
+func (d *Daemon) thawLeftover(name string) {
+	cg, err := d.instanceCgroup(name)
+	if err == nil {
+		err = cg.Thaw()
+	}
+	if err != nil {
+		d.log.Warn("thaw at reattach", "name", name, "err", err)
+	}
+}
