@@ -19,6 +19,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +53,11 @@ type Daemon struct {
 	ops      *operations.Registry
 	cgParent cgroups.Manager
 	host     api.HostInfo
+
+	// identity is this host's certificate (served over HTTPS, presented to
+	// peers); fingerprint is its SHA-256.
+	identity    tls.Certificate
+	fingerprint string
 
 	// ctx lives as long as the daemon; background work derives from it.
 	ctx    context.Context
@@ -95,6 +101,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, err
 	}
 	if d.state, err = state.Open(cfg.dbPath()); err != nil {
+		return nil, err
+	}
+	if err := d.loadIdentity(); err != nil {
 		return nil, err
 	}
 	if d.images, err = image.NewStore(cfg.imagesDir()); err != nil {

@@ -32,6 +32,9 @@ var (
 	bucketInstances = []byte("instances")
 	bucketImages    = []byte("images")
 	bucketAliases   = []byte("aliases")
+	bucketCerts     = []byte("certificates")
+	bucketTokens    = []byte("tokens")
+	bucketPeers     = []byte("peers")
 	keySchema       = []byte("schema")
 )
 
@@ -57,7 +60,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases} {
+		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketCerts, bucketTokens, bucketPeers} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
