@@ -48,7 +48,22 @@ func progressLine(o api.Operation) string {
 	sort.Strings(keys)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s: %v", k, o.Metadata[k]))
+		v := o.Metadata[k]
+		switch v.(type) {
+		case map[string]any, []any:
+			continue // results (e.g. a timing report), not progress
+		}
+		switch k {
+		case "bytes":
+			if n, ok := v.(float64); ok {
+				v = humanBytes(uint64(n))
+			}
+		case "rate_bytes_per_s":
+			if n, ok := v.(float64); ok {
+				k, v = "rate", humanBytes(uint64(n))+"/s"
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s: %v", k, v))
 	}
 	return o.Description + " (" + strings.Join(parts, ", ") + ")"
 }

@@ -59,6 +59,10 @@ type Config struct {
 
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
+
+	// KeepMigrationFiles keeps each migration's checkpoint images and CRIU
+	// logs under RUN/migrate-kept/ (diagnostics).
+	KeepMigrationFiles bool
 }
 
 // Default values.
@@ -151,6 +155,7 @@ func (c *Config) logPath(name string) string {
 }
 func (c *Config) runcRoot() string { return filepath.Join(c.RunDir, "runc") }
 func (c *Config) shimDir() string  { return filepath.Join(c.RunDir, "shims") }
+func (c *Config) emptyDir() string { return filepath.Join(c.RunDir, "empty") }
 func (c *Config) netnsDir() string { return filepath.Join(c.RunDir, "netns") }
 func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)

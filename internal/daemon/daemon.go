@@ -124,6 +124,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.cgParent.Create(); err != nil {
 		return nil, err
 	}
+	if err := d.setupCRIUConfig(); err != nil {
+		return nil, err
+	}
 	if d.rt, err = runtime.New(runtime.Config{
 		Runc: cfg.Runc, Criu: cfg.Criu, Shim: cfg.Shim,
 		Root: cfg.runcRoot(), StateDir: cfg.shimDir(),
@@ -213,7 +216,7 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 	if err := d.cgParent.Destroy(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot()} {
+	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf")} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)

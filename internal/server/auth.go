@@ -38,11 +38,14 @@ func (s *Server) authenticate(r *http.Request) *http.Request {
 
 // allowed reports whether auth may call a route of that access level.
 func allowed(a daemon.Auth, level access) bool {
+	if level == accessPeerOnly {
+		return a == daemon.AuthPeer
+	}
 	switch a {
 	case daemon.AuthLocal, daemon.AuthClient:
 		return true
 	case daemon.AuthPeer:
-		return level >= accessPeer
+		return level == accessPeer || level == accessPublic
 	}
 	return level == accessPublic
 }

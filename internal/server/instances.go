@@ -100,3 +100,15 @@ func (f *flushWriter) Flush() {
 	_ = f.w.Flush()
 	f.f.Flush()
 }
+
+func (s *Server) migrateInstance(r *http.Request) response {
+	var req api.InstanceMigratePost
+	if err := decode(r, &req); err != nil {
+		return errorResponse{err}
+	}
+	op, err := s.core.MigrateInstance(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		return errorResponse{err}
+	}
+	return asyncResponse{op}
+}

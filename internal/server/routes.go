@@ -14,6 +14,8 @@ const (
 	accessPeer
 	// accessPublic: anyone who reaches the listener (answers are limited).
 	accessPublic
+	// accessPeerOnly: only a trusted peer host (incoming migrations).
+	accessPeerOnly
 )
 
 // route is one API endpoint. Most endpoints return a response; streaming
@@ -33,7 +35,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/1.0", handler: s.getServer, access: accessPublic},
 		{method: "GET", path: "/1.0/instances", handler: s.listInstances},
 		{method: "POST", path: "/1.0/instances", handler: s.createInstance},
-		{method: "GET", path: "/1.0/instances/{name}", handler: s.getInstance},
+		{method: "GET", path: "/1.0/instances/{name}", handler: s.getInstance, access: accessPeer},
 		{method: "DELETE", path: "/1.0/instances/{name}", handler: s.deleteInstance},
 		{method: "PUT", path: "/1.0/instances/{name}/state", handler: s.putInstanceState},
 		{method: "GET", path: "/1.0/instances/{name}/exec", stream: s.execInstance},
@@ -55,5 +57,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/1.0/peers", handler: s.listPeers},
 		{method: "POST", path: "/1.0/peers", handler: s.addPeer},
 		{method: "DELETE", path: "/1.0/peers/{name}", handler: s.removePeer},
+		{method: "POST", path: "/1.0/instances/{name}/migrate", handler: s.migrateInstance},
+		{method: "GET", path: "/1.0/migration", stream: s.acceptMigration, access: accessPeerOnly},
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -52,6 +54,10 @@ type Core interface {
 	AddPeer(ctx context.Context, req api.PeerPost) (api.Peer, error)
 	ListPeers(ctx context.Context) ([]api.Peer, error)
 	RemovePeer(ctx context.Context, name string) error
+	MigrateInstance(ctx context.Context, name string, req api.InstanceMigratePost) (*operations.Operation, error)
+	// AcceptMigration serves an incoming migration session from the named
+	// peer in the background; it owns conn.
+	AcceptMigration(peer string, conn net.Conn)
 }
 
 // Server serves the API of one daemon.
@@ -148,6 +154,11 @@ func statusFor(err error) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// errBadRequestf is a 400 with a message.
+func errBadRequestf(format string, args ...any) error {
+	return errors.Join(errBadRequest, fmt.Errorf(format, args...))
 }
 
 var (
