@@ -43,6 +43,7 @@ func env(key, def string) string {
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
+	var faults []string
 	var storageSize int64
 	cmd := &cobra.Command{
 		Use:   "vesseld",
@@ -75,6 +76,9 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 				cfg.IPPool = pool.Masked()
 			}
 			cfg.StorageSize = storageSize << 20
+			if cfg.Faults, err = daemon.ParseFaults(faults); err != nil {
+				return err
+			}
 			if cfg.Socket == "" {
 				cfg.Socket = daemon.DefaultSocket(cfg.Root)
 			}
@@ -104,6 +108,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
 	f.BoolVar(&cfg.KeepMigrationFiles, "keep-migration-files", os.Getenv("VESSEL_KEEP_MIGRATION_FILES") == "1", "keep migrations' checkpoint images and CRIU logs in RUN/migrate-kept (diagnostics)")
+	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail (see internal/daemon/faults.go)")
+	_ = f.MarkHidden("fault")
 	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

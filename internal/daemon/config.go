@@ -60,6 +60,10 @@ type Config struct {
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
 
+	// Faults are injected failures for tests: point -> action (see
+	// faults.go). Empty in production.
+	Faults map[string]string
+
 	// KeepMigrationFiles keeps each migration's checkpoint images and CRIU
 	// logs under RUN/migrate-kept/ (diagnostics).
 	KeepMigrationFiles bool

@@ -233,6 +233,11 @@ func (m *outgoing) live(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if !m.committed {
+			dump.abort()
+		}
+	}()
 	m.timing.SuspendDump = migration.Seconds(time.Since(freezeAt))
 	if disk.err != nil {
 		return disk.err
@@ -428,9 +433,34 @@ func (m *outgoing) thaw() {
 type dumpRun struct {
 	done       chan error
 	pageServer string // addr:port of the lazy page server
+	result     error
+	finished   bool
 }
 
-func (r *dumpRun) wait() error { return <-r.done }
+func (r *dumpRun) wait() error {
+	if !r.finished {
+		r.result, r.finished = <-r.done, true
+	}
+	return r.result
+}
+
+// abort ends a lazy dump whose pages nobody will fetch: CRIU keeps the
+// tasks seized while its page server waits for the target, so a failed
+// migration connects to the page server and hangs up; CRIU then finishes
+// and lets go of the (still frozen) tasks.
+func (r *dumpRun) abort() {
+	if r.finished || r.pageServer == "" {
+		return
+	}
+	if c, err := net.DialTimeout("tcp", r.pageServer, 5*time.Second); err == nil {
+		c.Close()
+	}
+	select {
+	case r.result = <-r.done:
+		r.finished = true
+	case <-time.After(30 * time.Second):
+	}
+}
 
 // checkpoint dumps the (already frozen) container with CRIU, leaving it
 // frozen: CRIU puts a cgroup it found frozen back to frozen, so a failed

@@ -123,6 +123,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		}
 		switch msg.Type {
 		case migration.MsgDisk:
+			if err := m.injectFault(faultRecvDisk); err != nil {
+				return err
+			}
 			if err := m.receiveDisk(ctx, recv, msg); err != nil {
 				return err
 			}
@@ -131,6 +134,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 				return err
 			}
 		case migration.MsgStart:
+			if err := m.injectFault(faultBeforeRestore); err != nil {
+				return err
+			}
 			if err := m.start(ctx, r); err != nil {
 				return err
 			}
@@ -239,6 +245,9 @@ func (m *incoming) start(ctx context.Context, r *revert.Reverter) error {
 // session (one local port tunnelled to the source).
 func (m *incoming) restore(ctx context.Context) error {
 	d := m.d
+	if err := m.injectFault(faultRestore); err != nil {
+		return err
+	}
 	lazy := m.hello.Memory == migration.MemoryLazy
 	var lp *runtime.LazyPages
 	if lazy {
@@ -322,6 +331,19 @@ func (m *incoming) finish(ctx context.Context) error {
 		d.log.Warn("migration: no commit from the source (the container runs here)", "name", m.name, "err", err)
 	}
 	m.op.SetMetadata(map[string]any{"phase": "done"})
+	return nil
+}
+
+// injectFault acts out a fault injected at point (tests): "cut" drops the
+// connection like a vanished peer, "fail" reports an error.
+func (m *incoming) injectFault(point string) error {
+	switch m.d.fault(point) {
+	case "cut":
+		m.sess.Close()
+		return injected(point)
+	case "fail":
+		return injected(point)
+	}
 	return nil
 }
 

@@ -78,6 +78,7 @@ type Host struct {
 	opts     Options
 	cmd      *exec.Cmd
 	pid      int
+	baseArgs []string
 	exited   chan struct{}
 	client   *client.Client
 }
@@ -306,6 +307,17 @@ func (h *Host) RestartDaemon() {
 	h.t.Helper()
 	h.StopDaemon()
 	h.Start()
+}
+
+// RestartWith restarts the daemon with extra flags added to the host's
+// own (none: back to the original flags).
+func (h *Host) RestartWith(extra ...string) {
+	h.t.Helper()
+	if h.baseArgs == nil {
+		h.baseArgs = append([]string{}, h.opts.ExtraArgs...)
+	}
+	h.opts.ExtraArgs = append(append([]string{}, h.baseArgs...), extra...)
+	h.RestartDaemon()
 }
 
 func (h *Host) Log() string {
