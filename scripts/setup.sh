@@ -4,7 +4,9 @@
 #   * Debian packages: runc, btrfs-progs, busybox-static, iptables, iproute2, fio,
 #     debootstrap and CRIU's build dependencies.
 #   * CRIU 4.1.1 built from Debian's source tarball into /usr/local (Debian 12's
-#     criu 3.17 fails on current kernels: vDSO layout), unless a 4.x is present.
+#     criu 3.17 fails on current kernels: vDSO layout), with vessel's patches
+#     from scripts/criu-patches applied (a stamp records which), unless the
+#     installed CRIU is already that build or a 4.2+.
 #   * Kernel tunables: pipe-max-size (CRIU lazy pages need ~3.2 MiB pipes) and
 #     IPv4 forwarding (container NAT).
 #
@@ -15,10 +17,12 @@ CRIU_VERSION=4.1.1
 CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 CRIU_URL=${CRIU_URL:-http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_VERSION}.orig.tar.xz}
 CACHE=${VESSEL_SETUP_CACHE:-/var/cache/vessel-setup}
+PATCHES=$(cd "$(dirname "$0")" && pwd)/criu-patches
+STAMP=/usr/local/share/vessel/criu.stamp
 
 PACKAGES=(
 	runc btrfs-progs busybox-static iptables iproute2 fio debootstrap
-	ca-certificates curl xz-utils make gcc pkgconf
+	ca-certificates curl xz-utils make gcc pkgconf patch
 	libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler libnl-3-dev libnet1-dev libcap-dev
 	libbsd-dev libgnutls28-dev libnftables-dev uuid-dev python3-protobuf
 )
@@ -53,8 +57,29 @@ criu_is_4x() {
 	command -v criu >/dev/null 2>&1 && criu --version 2>/dev/null | grep -qE 'Version: 4\.'
 }
 
+# criu_stamp identifies a vessel build: the tarball's checksum and the
+# patches applied to it.
+criu_stamp() {
+	{
+		echo "$CRIU_SHA256"
+		cat "$PATCHES"/*.patch 2>/dev/null
+	} | sha256sum | awk '{print $1}'
+}
+
+# criu_current: the installed CRIU is 4.2 or later (which has the fixes
+# the patches carry), or exactly the build this script would make.
+criu_current() {
+	criu_is_4x || return 1
+	local v
+	v=$(criu --version | awk '/^Version/{print $2}')
+	if [ "$(printf '%s\n4.2\n' "$v" | sort -V | head -n1)" = "4.2" ]; then
+		return 0
+	fi
+	[ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(criu_stamp)" ]
+}
+
 build_criu() {
-	if criu_is_4x; then
+	if criu_current; then
 		log "criu $(criu --version | awk '/Version/{print $2}') present"
 		return
 	fi
@@ -73,12 +98,19 @@ build_criu() {
 	local src="$CACHE/criu-${CRIU_VERSION}"
 	rm -rf "$src"
 	tar -C "$CACHE" -xJf "$tarball"
+	for p in "$PATCHES"/*.patch; do
+		[ -e "$p" ] || continue
+		log "applying $(basename "$p")"
+		patch -d "$src" -p1 -s <"$p"
+	done
 	log "building criu ${CRIU_VERSION}"
 	make -C "$src" -j"$(nproc)" criu >"$CACHE/criu-build.log" 2>&1 || {
 		tail -n 40 "$CACHE/criu-build.log" >&2
 		exit 1
 	}
 	install -D -m 0755 "$src/criu/criu" /usr/local/sbin/criu
+	mkdir -p "$(dirname "$STAMP")"
+	criu_stamp >"$STAMP"
 	hash -r
 	criu_is_4x || { echo "setup: installed criu does not report 4.x" >&2; exit 1; }
 	log "criu $(criu --version | awk '/Version/{print $2}') installed in /usr/local/sbin"

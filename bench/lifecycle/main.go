@@ -49,7 +49,7 @@ func main() {
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
-	r := benchutil.NewRunner()
+	r := testhost.NewRunner()
 	defer r.Close()
 	bin, err := testhost.Build()
 	if err != nil {
@@ -119,7 +119,7 @@ func main() {
 
 // runcBench runs equivalent bundles with runc directly.
 type runcBench struct {
-	r     *benchutil.Runner
+	r     *testhost.Runner
 	h     *testhost.Host
 	dir   string
 	root  string
@@ -127,7 +127,7 @@ type runcBench struct {
 	spec  runtime.SpecOptions
 }
 
-func newRuncBench(r *benchutil.Runner, h *testhost.Host) *runcBench {
+func newRuncBench(r *testhost.Runner, h *testhost.Host) *runcBench {
 	var img api.Image
 	if err := json.Unmarshal([]byte(h.OK("image", "info", "busybox", "--format", "json")), &img); err != nil {
 		r.Fatalf("%v", err)

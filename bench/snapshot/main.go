@@ -95,7 +95,7 @@ func main() {
 		sizes = append(sizes, v)
 	}
 
-	r := benchutil.NewRunner()
+	r := testhost.NewRunner()
 	defer r.Close()
 	bin, err := testhost.Build()
 	if err != nil {
@@ -151,7 +151,7 @@ func main() {
 }
 
 type bench struct {
-	r       *benchutil.Runner
+	r       *testhost.Runner
 	h       *testhost.Host
 	c       *client.Client
 	memhog  string
@@ -299,7 +299,7 @@ func (b *bench) fio() {
 }
 
 // dropCaches empties the page cache so reads come from the device.
-func dropCaches(r *benchutil.Runner) {
+func dropCaches(r *testhost.Runner) {
 	exec.Command("sync").Run() //nolint:errcheck // best effort
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
 		r.Fatalf("drop caches: %v", err)

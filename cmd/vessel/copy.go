@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,12 +13,32 @@ func newCopyCmd(g *globals) *cobra.Command {
 	f := &createFlags{}
 	var start bool
 	cmd := &cobra.Command{
-		Use:   "copy [REMOTE:]SOURCE[/SNAP] NEWNAME",
-		Short: "Create a container from a snapshot (or from a stopped container)",
+		Use:   "copy [REMOTE:]SOURCE[/SNAP] [REMOTE:]NEWNAME",
+		Short: "Create a container from a snapshot or a container, here or on another host",
+		Long: `Create a container from a snapshot or from a stopped container. When the
+target names another host (REMOTE:[NEWNAME]), the container's disk is sent
+there (a running container is frozen for an instant to take a consistent
+snapshot) and the copy gets an address of its own on that host.`,
 		Example: `  vessel copy web1/before-upgrade web1-old
-  vessel copy web1 web2          # web1 must be stopped`,
+  vessel copy web1 web2          # web1 must be stopped
+  vessel copy alpha:web1 beta:web1-clone`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if remoteCopy, err := otherHost(args[0], args[1]); err != nil {
+				return err
+			} else if remoteCopy {
+				if strings.Contains(args[0], "/") {
+					return fmt.Errorf("a snapshot cannot be copied to another host directly: copy it to a container here first")
+				}
+				op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Copy: true})
+				if err := wait(cmd.Context(), g, op, err); err != nil {
+					return err
+				}
+				if !g.quiet {
+					fmt.Fprintf(cmd.OutOrStdout(), "Copied %s to %s\n", args[0], args[1])
+				}
+				return nil
+			}
 			c, r, err := connect(args[0])
 			if err != nil {
 				return err
@@ -46,4 +67,24 @@ func newCopyCmd(g *globals) *cobra.Command {
 	f.add(cmd)
 	cmd.Flags().BoolVar(&start, "start", false, "start the new container")
 	return cmd
+}
+
+// otherHost reports whether dst names a remote other than src's.
+func otherHost(src, dst string) (bool, error) {
+	if !strings.Contains(dst, ":") {
+		return false, nil
+	}
+	cfg, err := loadRemotes()
+	if err != nil {
+		return false, err
+	}
+	s, err := cfg.parseRef(src)
+	if err != nil {
+		return false, err
+	}
+	d, err := cfg.parseRef(dst)
+	if err != nil {
+		return false, err
+	}
+	return s.remote != d.remote, nil
 }

@@ -61,7 +61,8 @@ Every NAME may be written REMOTE:NAME to act on another host.`,
 		newActionCmd(g, "start"), newActionCmd(g, "stop"), newActionCmd(g, "restart"),
 		newDeleteCmd(g), newListCmd(g), newInfoCmd(g), newExecCmd(g),
 		newConsoleCmd(g), newImageCmd(g), newStorageCmd(g), newOperationCmd(g),
-		newRemoteCmd(g), newSnapshotCmd(g), newCopyCmd(g),
+		newRemoteCmd(g), newTrustCmd(g), newPeerCmd(g), newMoveCmd(g),
+		newSnapshotCmd(g), newCopyCmd(g),
 	)
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // remoteConfig is the CLI's list of hosts (~/.config/vessel/config.yml, or
@@ -23,9 +25,10 @@ type remoteConfig struct {
 }
 
 type remote struct {
-	// Addr is "unix:///path/to/socket" (HTTPS remotes arrive with live
-	// migration).
+	// Addr is "unix:///path/to/socket" or "https://host:port".
 	Addr string `yaml:"addr"`
+	// Fingerprint pins an HTTPS remote's certificate.
+	Fingerprint string `yaml:"fingerprint,omitempty"`
 }
 
 const localRemote = "local"
@@ -75,6 +78,13 @@ type ref struct {
 	name   string
 }
 
+func (r ref) remoteOrLocal() string {
+	if r.remote == "" {
+		return localRemote
+	}
+	return r.remote
+}
+
 func (r ref) String() string {
 	if r.remote == localRemote || r.remote == "" {
 		return r.name
@@ -103,7 +113,40 @@ func (c *remoteConfig) client(name string) (*client.Client, error) {
 	if sock, ok := strings.CutPrefix(r.Addr, "unix://"); ok {
 		return client.NewUnix(sock), nil
 	}
+	if addr, ok := strings.CutPrefix(r.Addr, "https://"); ok {
+		id, err := clientIdentity()
+		if err != nil {
+			return nil, err
+		}
+		return client.NewHTTPS(addr, r.Fingerprint, id), nil
+	}
 	return nil, fmt.Errorf("remote %q: unsupported address %q", name, r.Addr)
+}
+
+// save writes the remotes (without the implicit local one).
+func (c *remoteConfig) save() error {
+	out := remoteConfig{DefaultRemote: c.DefaultRemote, Remotes: map[string]remote{}}
+	for n, r := range c.Remotes {
+		if n != localRemote {
+			out.Remotes[n] = r
+		}
+	}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(configPath()), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(configPath(), b, 0o600)
+}
+
+// clientIdentity is this user's client certificate, created on first use
+// next to the configuration file.
+func clientIdentity() (tls.Certificate, error) {
+	dir := filepath.Dir(configPath())
+	host, _ := os.Hostname()
+	return trust.LoadOrCreate(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"), "vessel-client@"+host)
 }
 
 // connect parses a [REMOTE:]NAME argument and returns its client.
@@ -163,6 +206,101 @@ func newRemoteCmd(g *globals) *cobra.Command {
 		},
 	}
 	addFormatFlag(list, &format)
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, newRemoteAddCmd(), newRemoteRemoveCmd())
 	return cmd
+}
+
+func newRemoteAddCmd() *cobra.Command {
+	var token, fingerprint string
+	cmd := &cobra.Command{
+		Use:   "add NAME [ADDRESS] (--token TOKEN | --fingerprint SHA256)",
+		Short: "Add a remote host, trusted with a one-time token or a certificate fingerprint",
+		Long: `Add a remote host. With --token (from 'vessel trust add NAME' on that host)
+this client's certificate becomes trusted there and the host's certificate is
+pinned; ADDRESS defaults to the token's. With --fingerprint the host's
+certificate is pinned and the host must already trust this client's
+certificate (see 'vessel trust add-cert' there).`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadRemotes()
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			if _, exists := cfg.Remotes[name]; exists {
+				return fmt.Errorf("remote %q already exists", name)
+			}
+			if strings.ContainsAny(name, ":/ ") || name == "" {
+				return fmt.Errorf("bad remote name %q", name)
+			}
+			addr := ""
+			if len(args) == 2 {
+				addr = strings.TrimPrefix(args[1], "https://")
+			}
+			id, err := clientIdentity()
+			if err != nil {
+				return err
+			}
+			switch {
+			case token != "":
+				tok, err := trust.DecodeToken(token)
+				if err != nil {
+					return err
+				}
+				if addr == "" && len(tok.Addresses) > 0 {
+					addr = tok.Addresses[0]
+				}
+				fingerprint = tok.Fingerprint
+				if err := client.NewHTTPS(addr, fingerprint, id).Join(cmd.Context(), tok.Secret); err != nil {
+					return fmt.Errorf("join %s: %w", addr, err)
+				}
+			case fingerprint != "":
+				if addr == "" {
+					return fmt.Errorf("an ADDRESS is needed with --fingerprint")
+				}
+			default:
+				return fmt.Errorf("give --token or --fingerprint")
+			}
+			srv, err := client.NewHTTPS(addr, fingerprint, id).Server(cmd.Context())
+			if err != nil {
+				return err
+			}
+			cfg.Remotes[name] = remote{Addr: "https://" + addr, Fingerprint: fingerprint}
+			if err := cfg.save(); err != nil {
+				return err
+			}
+			if srv.Auth == "untrusted" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "Added %s, but it does not trust this client yet; on that host run:\n  vessel trust add-cert CERT --name NAME\nwith this client's certificate %s\n",
+					name, filepath.Join(filepath.Dir(configPath()), "client.crt"))
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Added remote %s (%s)\n", name, addr)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&token, "token", "", "one-time token from 'vessel trust add' on the remote")
+	cmd.Flags().StringVar(&fingerprint, "fingerprint", "", "SHA-256 fingerprint of the remote's certificate")
+	return cmd
+}
+
+func newRemoteRemoveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Forget a remote",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadRemotes()
+			if err != nil {
+				return err
+			}
+			if args[0] == localRemote {
+				return fmt.Errorf("the local remote cannot be removed")
+			}
+			if _, ok := cfg.Remotes[args[0]]; !ok {
+				return fmt.Errorf("unknown remote %q", args[0])
+			}
+			delete(cfg.Remotes, args[0])
+			return cfg.save()
+		},
+	}
 }

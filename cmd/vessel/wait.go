@@ -49,11 +49,15 @@ func progressLine(o api.Operation) string {
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		v := o.Metadata[k]
+		switch v.(type) {
+		case map[string]any, []any:
+			continue // results (e.g. a timing report), not progress
+		}
 		switch k {
-		case api.MetaBytes: // memory image progress: sizes a person reads
+		case api.MetaBytes: // sizes a person reads
 			v = humanBytes(uint64(number(v)))
 		case api.MetaRate:
-			v = humanRate(v)
+			k, v = "rate", humanRate(v)
 		}
 		parts = append(parts, fmt.Sprintf("%s: %v", k, v))
 	}

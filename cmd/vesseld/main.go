@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +42,8 @@ func env(key, def string) string {
 
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
-	var subnet, logLevel string
+	var subnet, ipPool, logLevel string
+	var faults []string
 	var storageSize int64
 	cmd := &cobra.Command{
 		Use:   "vesseld",
@@ -65,7 +68,17 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 				return fmt.Errorf("bad --subnet: %w", err)
 			}
 			cfg.Subnet = p.Masked()
+			if ipPool != "" {
+				pool, err := netip.ParsePrefix(ipPool)
+				if err != nil {
+					return fmt.Errorf("bad --ip-pool: %w", err)
+				}
+				cfg.IPPool = pool.Masked()
+			}
 			cfg.StorageSize = storageSize << 20
+			if cfg.Faults, err = daemon.ParseFaults(faults); err != nil {
+				return err
+			}
 			if cfg.Socket == "" {
 				cfg.Socket = daemon.DefaultSocket(cfg.Root)
 			}
@@ -83,6 +96,11 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")
 	f.StringVar(&subnet, "subnet", env("VESSEL_SUBNET", cfg.Subnet.String()), "containers' IPv4 subnet")
 	f.BoolVar(&cfg.NAT, "nat", cfg.NAT, "masquerade containers' outbound traffic")
+	f.StringVar(&ipPool, "ip-pool", env("VESSEL_IP_POOL", ""), "part of the subnet to allocate new addresses from (hosts sharing a segment)")
+	f.StringVar(&cfg.Uplink, "uplink", env("VESSEL_UPLINK", ""), "interface to enslave to the bridge (L2 link to other hosts)")
+	f.BoolVar(&cfg.ExternalGateway, "external-gateway", false, "the subnet's gateway is a router on the uplink, not this host (implies --nat=false)")
+	f.StringSliceVar(&cfg.Listen, "listen", splitEnv("VESSEL_LISTEN"), "HTTPS address for remote clients and peers (host:port, repeatable)")
+	f.StringSliceVar(&cfg.Advertise, "advertise", splitEnv("VESSEL_ADVERTISE"), "addresses written into join tokens (default: the --listen addresses)")
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
 	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: from PATH)")
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
@@ -90,11 +108,24 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
 	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who does a checkpoint's page I/O: vessel (O_DIRECT writer, read-ahead) or criu (CRIU's own, for comparison)")
+	f.BoolVar(&cfg.KeepMigrationFiles, "keep-migration-files", os.Getenv("VESSEL_KEEP_MIGRATION_FILES") == "1", "keep migrations' checkpoint images and CRIU logs in RUN/migrate-kept (diagnostics)")
+	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail (see internal/daemon/faults.go)")
+	_ = f.MarkHidden("fault")
 	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }
 
+func splitEnv(key string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
+}
+
 func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
+	if cfg.ExternalGateway {
+		cfg.NAT = false
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -108,12 +139,23 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 		_ = d.Shutdown(context.Background())
 		return err
 	}
-	srv := &http.Server{
-		Handler:           server.New(d, log),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	errc := make(chan error, 1)
+	handler := server.New(d, log)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1+len(cfg.Listen))
 	go func() { errc <- srv.Serve(ln) }()
+	var remote []*http.Server
+	for _, addr := range cfg.Listen {
+		tl, err := tls.Listen("tcp", addr, d.TLSConfig())
+		if err != nil {
+			_ = srv.Close()
+			_ = d.Shutdown(context.Background())
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		rs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		remote = append(remote, rs)
+		go func() { errc <- rs.Serve(tl) }()
+		log.Info("serving HTTPS", "address", addr, "fingerprint", d.Fingerprint())
+	}
 	pidFile := filepath.Join(cfg.Root, "vesseld.pid")
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		log.Warn("pid file", "err", err)
@@ -129,6 +171,9 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
+	for _, rs := range remote {
+		_ = rs.Shutdown(shutCtx)
+	}
 	os.Remove(cfg.Socket)
 	if serr := d.Shutdown(shutCtx); serr != nil {
 		log.Warn("shutdown", "err", serr)

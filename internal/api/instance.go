@@ -82,3 +82,21 @@ type InstanceStatePut struct {
 	// Force kills at once instead of asking init to shut down.
 	Force bool `json:"force"`
 }
+
+// InstanceMigratePost is POST /1.0/instances/NAME/migrate: move (or copy)
+// the instance to a peer host.
+type InstanceMigratePost struct {
+	// TargetFingerprint identifies the target host (one of this host's
+	// peers) by its certificate fingerprint.
+	TargetFingerprint string `json:"target_fingerprint"`
+	// Name on the target (default: the same).
+	Name string `json:"name,omitempty"`
+	// Live keeps a running container running through the move (CRIU);
+	// otherwise a running container is stopped, moved and started.
+	Live bool `json:"live"`
+	// Memory is "lazy" (post-copy, default) or "copy" for a live move.
+	Memory string `json:"memory,omitempty"`
+	// Copy leaves the source instance in place (vessel copy); the copy gets
+	// a new address.
+	Copy bool `json:"copy"`
+}

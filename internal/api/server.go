@@ -3,8 +3,13 @@ package api
 // Server is GET /1.0: the daemon and its host.
 type Server struct {
 	APIVersion string `json:"api_version"`
+	// Auth is how the server sees the caller: "local", "client", "peer" or
+	// "untrusted" (then Host is empty).
+	Auth string `json:"auth"`
+	// Fingerprint is the server's certificate fingerprint.
+	Fingerprint string `json:"fingerprint"`
 	// Host is the daemon's host name (a remote's identity in a cluster).
-	Host HostInfo `json:"host"`
+	Host HostInfo `json:"host,omitzero"`
 }
 
 // HostInfo is the host inventory: what runs where (the OpenVZ statistics

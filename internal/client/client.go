@@ -8,6 +8,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +16,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // Error is an error reply from the daemon.
@@ -41,25 +46,53 @@ func StatusCode(err error) int {
 // Client is a connection to one daemon.
 type Client struct {
 	http *http.Client
-	// base is the URL prefix of requests ("http://vessel" over a socket).
+	// base is the URL prefix of requests: "http://vessel" over a unix
+	// socket, "https://HOST:PORT" for a remote host.
 	base string
-	// dial opens raw connections, for websockets.
-	dial func(ctx context.Context) (net.Conn, error)
+	// ws opens websockets (exec) the same way.
+	ws *websocket.Dialer
+	// tls is the pinned client configuration of an HTTPS remote.
+	tls *tls.Config
 }
 
 // NewUnix returns a client of the daemon listening on a unix socket.
 func NewUnix(socket string) *Client {
-	dial := func(ctx context.Context) (net.Conn, error) {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}
 	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DialContext:         dial,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://vessel", dial: dial}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://vessel", ws: &websocket.Dialer{NetDialContext: dial}}
 }
+
+// NewHTTPS returns a client of a remote host at address (host:port) whose
+// certificate must have the given fingerprint; id is this side's identity
+// (a CLI user's client certificate, or a host's own when it talks to a
+// peer).
+func NewHTTPS(address, fingerprint string, id tls.Certificate) *Client {
+	cfg := trust.PinnedTLS(id, fingerprint)
+	tr := &http.Transport{
+		TLSClientConfig:     cfg,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		ForceAttemptHTTP2:   false,
+	}
+	return &Client{
+		http: &http.Client{Transport: tr},
+		base: "https://" + address,
+		ws:   &websocket.Dialer{TLSClientConfig: cfg, HandshakeTimeout: 10 * time.Second},
+		tls:  cfg,
+	}
+}
+
+// Address returns the host:port of an HTTPS remote ("" over a socket).
+func (c *Client) Address() string { return strings.TrimPrefix(c.base, "https://") }
 
 // do sends a request and decodes a sync reply's metadata into out (if not
 // nil), or returns the async operation.
@@ -135,6 +168,13 @@ func (c *Client) Server(ctx context.Context) (api.Server, error) {
 	var s api.Server
 	_, err := c.do(ctx, "GET", "/1.0", nil, &s)
 	return s, err
+}
+
+// Join has this client's certificate trusted by the server, with the
+// secret of a token the server issued.
+func (c *Client) Join(ctx context.Context, secret string) error {
+	_, err := c.do(ctx, "POST", "/1.0/certificates", api.CertificatePost{Secret: secret}, nil)
+	return err
 }
 
 // Storage returns the storage pool's description and usage.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 
 	"github.com/gorilla/websocket"
@@ -25,11 +24,8 @@ type ExecIO struct {
 // Exec runs a command in an instance and returns its exit code. The call
 // returns when the command has exited and its output is written.
 func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio ExecIO) (int, error) {
-	d := websocket.Dialer{
-		NetDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
-	}
 	url := "ws" + c.base[len("http"):] + "/1.0/instances/" + esc(name) + "/exec"
-	conn, resp, err := d.DialContext(ctx, url, nil)
+	conn, resp, err := c.ws.DialContext(ctx, url, nil)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()

@@ -69,3 +69,8 @@ func (c *Client) Logs(ctx context.Context, name string, follow bool, w io.Writer
 	}
 	return err
 }
+
+// MigrateInstance asks this host to move (or copy) an instance to a peer.
+func (c *Client) MigrateInstance(ctx context.Context, name string, req api.InstanceMigratePost) (*Operation, error) {
+	return c.async(ctx, "POST", "/1.0/instances/"+esc(name)+"/migrate", req)
+}

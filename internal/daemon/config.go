@@ -31,10 +31,21 @@ type Config struct {
 	// StorageSize is the size of a new loop-backed pool file in bytes.
 	StorageSize int64
 
-	// Bridge, Subnet and NAT configure the containers' network.
-	Bridge string
-	Subnet netip.Prefix
-	NAT    bool
+	// Listen are HTTPS addresses (host:port) for remote clients and peer
+	// hosts; Advertise, if set, are the addresses written into join tokens.
+	Listen    []string
+	Advertise []string
+
+	// Bridge, Subnet and NAT configure the containers' network. IPPool
+	// restricts new addresses to part of Subnet; Uplink is an interface to
+	// enslave to the bridge; ExternalGateway says the gateway is a router
+	// on the uplink's segment (hosts sharing one L2 segment).
+	Bridge          string
+	Subnet          netip.Prefix
+	NAT             bool
+	IPPool          netip.Prefix
+	Uplink          string
+	ExternalGateway bool
 
 	// CgroupParent is the cgroup every container's cgroup lives under.
 	CgroupParent string
@@ -54,6 +65,14 @@ type Config struct {
 	// read-ahead on restore) or SnapshotIOCRIU (CRIU alone, then an
 	// fsync; kept to measure the difference).
 	SnapshotIO string
+
+	// Faults are injected failures for tests: point -> action (see
+	// faults.go). Empty in production.
+	Faults map[string]string
+
+	// KeepMigrationFiles keeps each migration's checkpoint images and CRIU
+	// logs under RUN/migrate-kept/ (diagnostics).
+	KeepMigrationFiles bool
 }
 
 // Values of Config.SnapshotIO.
@@ -146,6 +165,8 @@ func (c *Config) fill() error {
 }
 
 // paths derived from the configuration.
+func (c *Config) certPath() string             { return filepath.Join(c.Root, "server.crt") }
+func (c *Config) keyPath() string              { return filepath.Join(c.Root, "server.key") }
 func (c *Config) dbPath() string               { return filepath.Join(c.Root, "vessel.db") }
 func (c *Config) lockPath() string             { return filepath.Join(c.Root, "vesseld.lock") }
 func (c *Config) imagesDir() string            { return filepath.Join(c.Root, "images") }
@@ -157,11 +178,13 @@ func (c *Config) logPath(name string) string {
 }
 func (c *Config) runcRoot() string { return filepath.Join(c.RunDir, "runc") }
 func (c *Config) shimDir() string  { return filepath.Join(c.RunDir, "shims") }
+func (c *Config) emptyDir() string { return filepath.Join(c.RunDir, "empty") }
 func (c *Config) netnsDir() string { return filepath.Join(c.RunDir, "netns") }
 func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)
 }
 
 func (c *Config) networkConfig() network.Config {
-	return network.Config{Bridge: c.Bridge, Subnet: c.Subnet, NetnsDir: c.netnsDir(), NAT: c.NAT}
+	return network.Config{Bridge: c.Bridge, Subnet: c.Subnet, NetnsDir: c.netnsDir(), NAT: c.NAT,
+		Pool: c.IPPool, Uplink: c.Uplink, ExternalGateway: c.ExternalGateway}
 }

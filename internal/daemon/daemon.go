@@ -19,6 +19,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +53,11 @@ type Daemon struct {
 	ops      *operations.Registry
 	cgParent cgroups.Manager
 	host     api.HostInfo
+
+	// identity is this host's certificate (served over HTTPS, presented to
+	// peers); fingerprint is its SHA-256.
+	identity    tls.Certificate
+	fingerprint string
 
 	// ctx lives as long as the daemon; background work derives from it.
 	ctx    context.Context
@@ -97,6 +103,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if d.state, err = state.Open(cfg.dbPath()); err != nil {
 		return nil, err
 	}
+	if err := d.loadIdentity(); err != nil {
+		return nil, err
+	}
 	if d.images, err = image.NewStore(cfg.imagesDir()); err != nil {
 		return nil, err
 	}
@@ -113,6 +122,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, err
 	}
 	if err := d.cgParent.Create(); err != nil {
+		return nil, err
+	}
+	if err := d.setupCRIUConfig(); err != nil {
 		return nil, err
 	}
 	if d.rt, err = runtime.New(runtime.Config{
@@ -204,7 +216,7 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 	if err := d.cgParent.Destroy(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot()} {
+	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf")} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)

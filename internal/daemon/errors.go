@@ -16,6 +16,8 @@ var (
 	// ErrConflict says the object's state forbids the action (already
 	// exists, running, stopped, busy).
 	ErrConflict = errors.New("conflict")
+	// ErrForbidden says the caller may not do this (untrusted, bad token).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // kindError is an error of a kind (ErrInvalid, ...) whose message is only

@@ -11,7 +11,6 @@ import (
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/image"
-	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/state"
@@ -113,7 +112,7 @@ func (d *Daemon) createRecord(inst *state.Instance) error {
 	if err != nil {
 		return err
 	}
-	addr, err := network.Allocate(d.cfg.Subnet, used)
+	addr, err := d.net.Allocate(used)
 	if err != nil {
 		return errorf(ErrConflict, "%w", err)
 	}

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,37 +11,95 @@ import (
 	"github.com/vesselhost/vessel/internal/state"
 )
 
+// criuOptions are the CRIU options of every checkpoint and restore of a
+// vessel container. CRIU's network lock (iptables rules around the dump,
+// and again around the restore, which follows the dump's method) costs
+// ~150 ms of frozen time; vessel locks the network itself where it matters
+// (a live migration takes the container's host veth down, see
+// network.Manager.SetHostLink).
+var criuOptions = []string{"network-lock skip"}
+
+// setupCRIUConfig writes criuOptions to RUN/criu.conf and points
+// CRIU_CONFIG_FILE at it, so every CRIU that runc and the shims start
+// (they inherit the daemon's environment) reads it. Not runc's
+// per-container "org.criu.config": CRIU 4.1.1 crashes parsing
+// --network-lock from an RPC configuration file (it reads argv[optind]
+// with a NULL argv); the environment's file is parsed with the real
+// command line. It also makes RUN/empty, the empty directory masked
+// directories are bind mounts of (see runtime.SpecOptions.EmptyDir).
+func (d *Daemon) setupCRIUConfig() error {
+	if err := os.MkdirAll(d.cfg.emptyDir(), 0o555); err != nil {
+		return err
+	}
+	path := filepath.Join(d.cfg.RunDir, "criu.conf")
+	if err := runtime.WriteCRIUConfig(path, criuOptions...); err != nil {
+		return err
+	}
+	return os.Setenv("CRIU_CONFIG_FILE", path)
+}
+
 // startLocked starts a stopped instance; the caller holds its lock.
 func (d *Daemon) startLocked(ctx context.Context, name string) error {
-	return d.bringUpLocked(ctx, name, func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error) {
-		return d.rt.Start(ctx, name, bundle, o)
+	return d.runLocked(ctx, name, false, func(bundle, logPath string) (runtime.Process, error) {
+		return d.rt.Start(ctx, name, bundle, runtime.StartOptions{LogPath: logPath})
 	})
 }
 
-// launchFunc runs a prepared bundle under a shim: a fresh start, or a
-// restore from a checkpoint.
-type launchFunc func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error)
+// launchFunc creates an instance's processes from its bundle: a fresh
+// start, or a CRIU restore.
+type launchFunc func(bundle, logPath string) (runtime.Process, error)
 
-// bringUpLocked attaches a stopped instance's network, writes its bundle,
-// runs launch and tracks the result; the caller holds its lock.
-func (d *Daemon) bringUpLocked(ctx context.Context, name string, launch launchFunc) error {
-	inst, err := d.getRecord(name)
+// runLocked makes a stopped instance run: prepareRun, then launch.
+func (d *Daemon) runLocked(ctx context.Context, name string, netLock bool, launch launchFunc) error {
+	p, err := d.prepareRun(ctx, name, netLock)
 	if err != nil {
 		return err
 	}
-	if d.liveOf(name) != nil {
-		return errorf(ErrConflict, "instance %q is already running", name)
-	}
-	r := revert.New()
-	defer r.Fail()
-	bg := context.WithoutCancel(ctx)
+	return d.launchPrepared(ctx, p, launch)
+}
 
+// prepared is an instance ready to launch: network attached, bundle
+// written. abort undoes it.
+type prepared struct {
+	name    string
+	bundle  string
+	logPath string
+	netLock bool
+	r       *revert.Reverter
+}
+
+func (p *prepared) abort() { p.r.Fail() }
+
+// prepareRun does everything a start needs before processes exist. With
+// netLock the container's link stays down until launchPrepared is done (a
+// restore: no packet reaches half-restored sockets). A live migration's
+// target prepares before the source freezes, so none of this counts as
+// frozen time.
+func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *prepared, err error) {
+	inst, err := d.getRecord(name)
+	if err != nil {
+		return nil, err
+	}
+	if d.liveOf(name) != nil {
+		return nil, errorf(ErrConflict, "instance %q is already running", name)
+	}
+	p := &prepared{name: name, netLock: netLock, r: revert.New(), bundle: d.cfg.bundleDir(name), logPath: d.cfg.logPath(name)}
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	bg := context.WithoutCancel(ctx)
 	ep, err := d.net.Attach(ctx, name, inst.Address)
 	if err != nil {
-		return fmt.Errorf("network: %w", err)
+		return nil, errorf(ErrConflict, "network: %w", err)
 	}
-	r.Add(func() { _ = d.net.Detach(bg, name) })
-
+	p.r.Add(func() { _ = d.net.Detach(bg, name) })
+	if netLock {
+		if err := d.net.SetHostLink(name, false); err != nil {
+			return nil, err
+		}
+	}
 	spec, err := runtime.GenerateSpec(runtime.SpecOptions{
 		ID:          name,
 		Hostname:    name,
@@ -52,30 +109,46 @@ func (d *Daemon) bringUpLocked(ctx context.Context, name string, launch launchFu
 		Cwd:         inst.Cwd,
 		Netns:       ep.Netns,
 		CgroupsPath: d.cfg.cgroupPath(name),
+		EmptyDir:    d.cfg.emptyDir(),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	bundle := d.cfg.bundleDir(name)
-	if err := runtime.WriteBundle(bundle, spec); err != nil {
-		return err
+	if err := runtime.WriteBundle(p.bundle, spec); err != nil {
+		return nil, err
 	}
-	logPath := d.cfg.logPath(name)
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
-		return err
+	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o700); err != nil {
+		return nil, err
 	}
-	proc, err := launch(ctx, bundle, runtime.StartOptions{LogPath: logPath})
-	if err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	r.Add(func() { _ = d.rt.Kill(bg, name); _ = d.rt.Delete(bg, name) })
-	if _, err := d.track(name, proc); err != nil {
-		return err
-	}
-	r.Success()
+	return p, nil
+}
 
-	osr := d.refreshOS(name)
-	_, err = d.state.UpdateInstance(name, func(i *state.Instance) error {
+// launchPrepared creates the processes, watches them and records the
+// start. A failure undoes the preparation too.
+func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchFunc) (err error) {
+	defer func() {
+		if err != nil {
+			p.abort()
+		}
+	}()
+	bg := context.WithoutCancel(ctx)
+	proc, err := launch(p.bundle, p.logPath)
+	if err != nil {
+		return err
+	}
+	p.r.Add(func() { _ = d.rt.Kill(bg, p.name); _ = d.rt.Delete(bg, p.name) })
+	if p.netLock {
+		if err := d.net.SetHostLink(p.name, true); err != nil {
+			return err
+		}
+	}
+	if _, err := d.track(p.name, proc); err != nil {
+		return err
+	}
+	p.r.Success()
+
+	osr := d.refreshOS(p.name)
+	_, err = d.state.UpdateInstance(p.name, func(i *state.Instance) error {
 		i.Running = true
 		i.LastStart = time.Now().UTC()
 		if osr.ID != "" {

@@ -58,7 +58,7 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, na
 	case req.Stateful:
 		op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 		t0 := time.Now()
-		if err := d.bringUpLocked(ctx, name, d.restoreLaunch(ctx, op, name, snap)); err != nil {
+		if err := d.runLocked(ctx, name, false, d.restoreLaunch(ctx, op, name, snap)); err != nil {
 			return err
 		}
 		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)), "io": d.cfg.SnapshotIO})
@@ -88,7 +88,7 @@ func (d *Daemon) rollbackDisk(ctx context.Context, name, snap string) error {
 // container up, vessel reads the page files ahead of it, sequentially in
 // large requests, so CRIU finds the pages in the cache.
 func (d *Daemon) restoreLaunch(ctx context.Context, op *operations.Operation, name, snap string) launchFunc {
-	return func(ctx context.Context, bundle string, o runtime.StartOptions) (runtime.Process, error) {
+	return func(bundle, logPath string) (runtime.Process, error) {
 		images := d.storage.Path(checkpointVolume(name, snap))
 		work := d.cfg.restoreWorkDir(name)
 		if err := os.RemoveAll(work); err != nil {
@@ -109,7 +109,7 @@ func (d *Daemon) restoreLaunch(ctx context.Context, op *operations.Operation, na
 			}()
 		}
 		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
-			StartOptions: o,
+			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    images,
 			WorkPath:     work,
 		})

@@ -89,6 +89,20 @@ func Allocate(subnet netip.Prefix, used []netip.Addr) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%w: %s", ErrSubnetFull, l.prefix)
 }
 
+// allocateIn is Allocate restricted to the addresses of pool.
+func allocateIn(l subnetLayout, pool netip.Prefix, used []netip.Addr) (netip.Addr, error) {
+	taken := usedSet(used)
+	for a := pool.Addr(); pool.Contains(a); a = a.Next() {
+		if l.checkHost(a) != nil {
+			continue
+		}
+		if _, ok := taken[a]; !ok {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%w: pool %s", ErrSubnetFull, pool)
+}
+
 // CheckAddress reports whether a caller may give addr to a container. It
 // returns ErrAddressOutside when addr is not in subnet or is its network or
 // broadcast address, ErrAddressInUse when addr is the gateway or is in used,

@@ -125,3 +125,39 @@ func TestAllocateAgreesWithCheck(t *testing.T) {
 		t.Fatalf("allocated %d addresses in a /28, want 13", len(used))
 	}
 }
+
+func TestManagerAllocatePool(t *testing.T) {
+	m, err := New(Config{Bridge: "vtpool0", Subnet: netip.MustParsePrefix("10.88.0.0/24"), NetnsDir: "/run/x",
+		Pool: netip.MustParsePrefix("10.88.0.128/25")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Allocate(addrs("10.88.0.128"))
+	if err != nil || got != netip.MustParseAddr("10.88.0.129") {
+		t.Fatalf("Allocate = %v, %v", got, err)
+	}
+	// The pool's last usable address skips the subnet's broadcast.
+	full := rangeAddrs("10.88.0.128", 127)
+	if _, err := m.Allocate(full); !errors.Is(err, ErrSubnetFull) {
+		t.Fatalf("full pool: %v", err)
+	}
+	// Addresses outside the pool are still acceptable when given.
+	if err := m.CheckAddress(netip.MustParseAddr("10.88.0.5"), nil); err != nil {
+		t.Fatalf("CheckAddress outside pool: %v", err)
+	}
+	// The gateway's pool: .0/25 skips network and gateway.
+	m2, _ := New(Config{Bridge: "vtpool1", Subnet: netip.MustParsePrefix("10.88.0.0/24"), NetnsDir: "/run/x",
+		Pool: netip.MustParsePrefix("10.88.0.0/25")})
+	if got, _ := m2.Allocate(nil); got != netip.MustParseAddr("10.88.0.2") {
+		t.Fatalf("low pool first = %v", got)
+	}
+	for _, bad := range []Config{
+		{Bridge: "b", Subnet: netip.MustParsePrefix("10.88.0.0/24"), NetnsDir: "/x", Pool: netip.MustParsePrefix("10.89.0.0/25")},
+		{Bridge: "b", Subnet: netip.MustParsePrefix("10.88.0.0/24"), NetnsDir: "/x", Pool: netip.MustParsePrefix("10.88.0.0/16")},
+		{Bridge: "b", Subnet: netip.MustParsePrefix("10.88.0.0/24"), NetnsDir: "/x", ExternalGateway: true, NAT: true},
+	} {
+		if _, err := New(bad); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v", bad, err)
+		}
+	}
+}

@@ -35,11 +35,27 @@ func (m *Manager) ensureBridge(h *netlink.Handle) error {
 		}
 	}
 	// AddrReplace is idempotent where AddrAdd would fail with EEXIST.
-	if err := h.AddrReplace(link, m.gatewayAddr()); err != nil {
-		return fmt.Errorf("add gateway address %s: %w", m.gatewayAddr().IPNet, err)
+	if !m.cfg.ExternalGateway {
+		if err := h.AddrReplace(link, m.gatewayAddr()); err != nil {
+			return fmt.Errorf("add gateway address %s: %w", m.gatewayAddr().IPNet, err)
+		}
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set up: %w", err)
+	}
+	if m.cfg.Uplink != "" {
+		up, err := h.LinkByName(m.cfg.Uplink)
+		if err != nil {
+			return fmt.Errorf("look up uplink %s: %w", m.cfg.Uplink, err)
+		}
+		if up.Attrs().MasterIndex != link.Attrs().Index {
+			if err := h.LinkSetMaster(up, link); err != nil {
+				return fmt.Errorf("enslave uplink %s: %w", m.cfg.Uplink, err)
+			}
+		}
+		if err := h.LinkSetUp(up); err != nil {
+			return fmt.Errorf("set uplink %s up: %w", m.cfg.Uplink, err)
+		}
 	}
 	return nil
 }

@@ -49,12 +49,43 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MTU < minMTU || cfg.MTU > maxMTU {
 		return nil, fmt.Errorf("%w: mtu %d is outside %d..%d", ErrInvalidConfig, cfg.MTU, minMTU, maxMTU)
 	}
+	if cfg.Pool.IsValid() {
+		pool := cfg.Pool.Masked()
+		if !pool.Addr().Is4() || pool.Bits() < l.prefix.Bits() || !l.prefix.Contains(pool.Addr()) {
+			return nil, fmt.Errorf("%w: pool %s is not inside subnet %s", ErrInvalidConfig, cfg.Pool, l.prefix)
+		}
+		cfg.Pool = pool
+	}
+	if cfg.Uplink != "" {
+		if err := validIfName(cfg.Uplink); err != nil {
+			return nil, fmt.Errorf("%w: uplink: %v", ErrInvalidConfig, err)
+		}
+	}
+	if cfg.ExternalGateway && cfg.NAT {
+		return nil, fmt.Errorf("%w: NAT needs the gateway on this host's bridge", ErrInvalidConfig)
+	}
 	cfg.Subnet = l.prefix
 	cfg.NetnsDir = filepath.Clean(cfg.NetnsDir)
 	return &Manager{cfg: cfg, layout: l, ipt: iptables{path: "iptables"}}, nil
 }
 
-// Gateway returns the bridge's address, the subnet's first host address.
+// Allocate returns the lowest free address of this host's pool (the whole
+// subnet by default); see the package function Allocate.
+func (m *Manager) Allocate(used []netip.Addr) (netip.Addr, error) {
+	if !m.cfg.Pool.IsValid() {
+		return Allocate(m.layout.prefix, used)
+	}
+	return allocateIn(m.layout, m.cfg.Pool, used)
+}
+
+// CheckAddress reports whether addr may be given to a container on this
+// host's subnet; see the package function CheckAddress.
+func (m *Manager) CheckAddress(addr netip.Addr, used []netip.Addr) error {
+	return CheckAddress(m.layout.prefix, addr, used)
+}
+
+// Gateway returns the containers' default gateway, the subnet's first host
+// address (on the bridge, or on an external router with ExternalGateway).
 func (m *Manager) Gateway() netip.Addr { return m.layout.gateway }
 
 // Subnet returns the containers' subnet (masked).

@@ -41,6 +41,18 @@ type Config struct {
 	NAT bool
 	// MTU of the bridge and veths; 0 means 1500.
 	MTU int
+	// Pool, if valid, is the part of Subnet this host allocates new
+	// addresses from (hosts sharing one L2 segment and subnet take disjoint
+	// pools). Addresses outside the pool but inside Subnet may still be
+	// given explicitly (a migrated container keeps its address).
+	Pool netip.Prefix
+	// Uplink, if set, is an existing interface enslaved to the bridge: the
+	// L2 link to other hosts on the same segment.
+	Uplink string
+	// ExternalGateway says the gateway address belongs to a router on the
+	// uplink's segment, not to this host: the bridge gets no address (and NAT
+	// makes no sense).
+	ExternalGateway bool
 }
 
 // Endpoint is a container's attachment to the bridge.

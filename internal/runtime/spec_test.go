@@ -179,3 +179,27 @@ func TestRuncMessage(t *testing.T) {
 		t.Errorf("runcMessage = %q", got)
 	}
 }
+
+func TestEmptyDirMasksDirectoriesWithBinds(t *testing.T) {
+	empty := t.TempDir()
+	s, err := GenerateSpec(SpecOptions{ID: "c1", Hostname: "c1", Rootfs: "/rootfs", Args: []string{"/sbin/init"}, EmptyDir: empty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /sys/firmware exists on every Linux host; /proc/kcore is a file.
+	if slices.Contains(s.Linux.MaskedPaths, "/sys/firmware") {
+		t.Errorf("/sys/firmware still masked by runc: %v", s.Linux.MaskedPaths)
+	}
+	if !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") {
+		t.Errorf("/proc/kcore no longer masked: %v", s.Linux.MaskedPaths)
+	}
+	found := false
+	for _, m := range s.Mounts {
+		if m.Destination == "/sys/firmware" {
+			found = m.Type == "bind" && m.Source == empty && slices.Contains(m.Options, "ro")
+		}
+	}
+	if !found {
+		t.Errorf("no read-only bind mount over /sys/firmware: %+v", s.Mounts)
+	}
+}

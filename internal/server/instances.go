@@ -6,10 +6,19 @@ import (
 	"strconv"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/daemon"
 )
 
+// getServer describes the server; an untrusted caller learns only the API
+// version and the server's fingerprint.
 func (s *Server) getServer(r *http.Request) response {
-	return syncResponse{metadata: s.core.ServerInfo(r.Context())}
+	a := authOf(r)
+	if !allowed(a, accessClient) && a != daemon.AuthPeer {
+		return syncResponse{metadata: api.Server{APIVersion: api.Version, Auth: string(a), Fingerprint: s.core.Fingerprint()}}
+	}
+	srv := s.core.ServerInfo(r.Context())
+	srv.Auth, srv.Fingerprint = string(a), s.core.Fingerprint()
+	return syncResponse{metadata: srv}
 }
 
 func (s *Server) listInstances(r *http.Request) response {
@@ -90,4 +99,16 @@ func (f *flushWriter) Write(p []byte) (int, error) { return f.w.Write(p) }
 func (f *flushWriter) Flush() {
 	_ = f.w.Flush()
 	f.f.Flush()
+}
+
+func (s *Server) migrateInstance(r *http.Request) response {
+	var req api.InstanceMigratePost
+	if err := decode(r, &req); err != nil {
+		return errorResponse{err}
+	}
+	op, err := s.core.MigrateInstance(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		return errorResponse{err}
+	}
+	return asyncResponse{op}
 }

@@ -8,10 +8,13 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -45,6 +48,21 @@ type Core interface {
 	DeleteSnapshot(ctx context.Context, name, snap string) (*operations.Operation, error)
 	RestoreSnapshot(ctx context.Context, name, snap string, req api.SnapshotRestorePost) (*operations.Operation, error)
 	Operations() *operations.Registry
+
+	Authenticate(cert *x509.Certificate) (daemon.Auth, string)
+	Fingerprint() string
+	IssueToken(ctx context.Context, req api.TokenPost) (api.TokenResponse, error)
+	Join(ctx context.Context, cert *x509.Certificate, secret string) error
+	TrustCertificate(ctx context.Context, req api.CertificatePost) error
+	ListTrust(ctx context.Context) ([]api.Certificate, error)
+	RemoveTrust(ctx context.Context, ref string) error
+	AddPeer(ctx context.Context, req api.PeerPost) (api.Peer, error)
+	ListPeers(ctx context.Context) ([]api.Peer, error)
+	RemovePeer(ctx context.Context, name string) error
+	MigrateInstance(ctx context.Context, name string, req api.InstanceMigratePost) (*operations.Operation, error)
+	// AcceptMigration serves an incoming migration session from the named
+	// peer in the background; it owns conn.
+	AcceptMigration(peer string, conn net.Conn)
 }
 
 // Server serves the API of one daemon.
@@ -130,6 +148,8 @@ func statusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, daemon.ErrInvalid), errors.Is(err, errBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(err, daemon.ErrForbidden), errors.Is(err, errForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, daemon.ErrConflict),
 		errors.Is(err, state.ErrExists),
 		errors.Is(err, storage.ErrVolumeExists),
@@ -141,11 +161,25 @@ func statusFor(err error) int {
 	return http.StatusInternalServerError
 }
 
-var errBadRequest = errors.New("bad request")
+// errBadRequestf is a 400 with a message.
+func errBadRequestf(format string, args ...any) error {
+	return errors.Join(errBadRequest, fmt.Errorf(format, args...))
+}
+
+var (
+	errBadRequest = errors.New("bad request")
+	errForbidden  = errors.New("forbidden: this certificate is not trusted here (see 'vessel remote add' and 'vessel trust')")
+)
 
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		r = s.authenticate(r)
+		if !allowed(authOf(r), rt.access) {
+			writeError(w, errForbidden)
+			s.log.Info("api refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "auth", authOf(r))
+			return
+		}
 		if rt.stream != nil {
 			if err := rt.stream(w, r); err != nil {
 				writeError(w, err)

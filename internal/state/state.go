@@ -33,6 +33,9 @@ var (
 	bucketImages    = []byte("images")
 	bucketAliases   = []byte("aliases")
 	bucketSnapshots = []byte("snapshots")
+	bucketCerts     = []byte("certificates")
+	bucketTokens    = []byte("tokens")
+	bucketPeers     = []byte("peers")
 	keySchema       = []byte("schema")
 )
 
@@ -58,7 +61,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketSnapshots} {
+		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketSnapshots, bucketCerts, bucketTokens, bucketPeers} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

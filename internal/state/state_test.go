@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -124,5 +125,40 @@ func TestImagesAndAliases(t *testing.T) {
 	}
 	if _, err := s.ResolveImage("busybox"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("alias survived delete: %v", err)
+	}
+}
+
+func TestTrustRecords(t *testing.T) {
+	s, _ := openTemp(t)
+	if err := s.PutCertificate(Certificate{Fingerprint: "ff", Name: "me", Kind: "client"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.GetCertificate("ff"); err != nil || c.Name != "me" || c.Version != TrustVersion {
+		t.Fatalf("%+v %v", c, err)
+	}
+	now := time.Now()
+	if err := s.AddToken(Token{SecretHash: "h1", Name: "n", Expires: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddToken(Token{SecretHash: "h2", Name: "old", Expires: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := s.ConsumeToken("h1", now); err != nil || tok.Name != "n" {
+		t.Fatalf("consume: %+v %v", tok, err)
+	}
+	if _, err := s.ConsumeToken("h1", now); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("token used twice: %v", err)
+	}
+	if _, err := s.ConsumeToken("h2", now); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired token accepted: %v", err)
+	}
+	if left, _ := s.ListTokens(); len(left) != 0 {
+		t.Fatalf("tokens left: %v", left)
+	}
+	if err := s.PutPeer(Peer{Name: "beta", Addresses: []string{"a:1"}, Fingerprint: "ee"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.GetPeer("beta"); err != nil || p.Fingerprint != "ee" {
+		t.Fatalf("%+v %v", p, err)
 	}
 }

@@ -31,6 +31,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"io"
 )
 
 // VolumeType says what a volume holds.
@@ -136,3 +137,20 @@ var (
 	// ErrUnknownDriver says Config.Driver names no driver.
 	ErrUnknownDriver = errors.New("unknown storage driver")
 )
+
+// Sender is implemented by drivers that can stream a read-only volume in
+// their native format (btrfs send), whole or as the difference from a
+// parent volume the receiver already has. Callers find it by type
+// assertion.
+type Sender interface {
+	SendVolume(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error
+}
+
+// Receiver is the other end of Sender: it reads a stream made by a driver
+// of the same kind into a new read-only volume vol (whose last name
+// element must be the sent volume's), and can force received data to disk.
+type Receiver interface {
+	ReceiveVolume(ctx context.Context, vol Volume, r io.Reader) error
+	// Sync makes everything written to the pool durable (syncfs).
+	Sync(ctx context.Context) error
+}

@@ -17,8 +17,8 @@ import (
 // nothing is left on the machine. Whatever is left anyway (the test failed,
 // or vessel leaked) is removed by force and, if the test had passed, reported
 // as a leak.
-func (h *Host) teardown() {
-	if h.cmd != nil {
+func (h *Host) Teardown() {
+	if h.pid != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if insts, err := h.client.Instances(ctx); err == nil {
 			for _, i := range insts {
@@ -40,6 +40,12 @@ func (h *Host) teardown() {
 			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
 		}
 	}
+	if h.t.Failed() && strings.HasPrefix(h.logPath, h.root+"/") {
+		// Keep the log of a failed run outside the root that goes away.
+		kept := filepath.Join(os.TempDir(), "vessel-"+filepath.Base(h.root)+".log")
+		_ = os.Rename(h.logPath, kept)
+		h.logPath = kept
+	}
 	os.RemoveAll(h.root)
 	if !h.t.Failed() {
 		os.Remove(h.logPath)
@@ -57,11 +63,11 @@ func (h *Host) Leftovers() []string {
 	if l, _ := exec.Command("losetup", "-j", filepath.Join(h.root, "disks", "default.img")).Output(); len(strings.TrimSpace(string(l))) > 0 {
 		out = append(out, "loop "+strings.TrimSpace(string(l)))
 	}
-	if exec.Command("ip", "link", "show", h.bridge).Run() == nil {
+	if h.netCmd("ip", "link", "show", h.bridge).Run() == nil {
 		out = append(out, "bridge "+h.bridge)
 	}
 	for _, table := range []string{"filter", "nat"} {
-		rules, _ := exec.Command("iptables", "-w", "-t", table, "-S").Output()
+		rules, _ := h.netCmd("iptables", "-w", "-t", table, "-S").Output()
 		for _, r := range strings.Split(string(rules), "\n") {
 			if strings.Contains(r, "vessel:"+h.bridge) {
 				out = append(out, "iptables "+table+" "+r)
@@ -116,9 +122,17 @@ func (h *Host) RuncContainers() []string {
 	return strings.Fields(string(out))
 }
 
+// netCmd runs a network tool in the host's network namespace.
+func (h *Host) netCmd(name string, args ...string) *exec.Cmd {
+	if h.opts.Netns == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.opts.Netns, "--", name}, args...)...)
+}
+
 // forceCleanup removes everything the host may hold, without the daemon.
 func (h *Host) forceCleanup() {
-	if h.cmd != nil {
+	if h.pid != 0 {
 		h.KillDaemon()
 	}
 	root := filepath.Join(h.runDir, "runc")
@@ -134,13 +148,13 @@ func (h *Host) forceCleanup() {
 		dev, _, _ := strings.Cut(string(l), ":")
 		_ = exec.Command("losetup", "-d", dev).Run()
 	}
-	_ = exec.Command("ip", "link", "del", h.bridge).Run()
+	_ = h.netCmd("ip", "link", "del", h.bridge).Run()
 	for _, table := range []string{"filter", "nat"} {
-		rules, _ := exec.Command("iptables", "-w", "-t", table, "-S").Output()
+		rules, _ := h.netCmd("iptables", "-w", "-t", table, "-S").Output()
 		for _, r := range strings.Split(string(rules), "\n") {
 			if strings.Contains(r, "vessel:"+h.bridge) && strings.HasPrefix(r, "-A ") {
 				args := append([]string{"-w", "-t", table, "-D"}, splitRule(strings.TrimPrefix(r, "-A "))...)
-				_ = exec.Command("iptables", args...).Run()
+				_ = h.netCmd("iptables", args...).Run()
 			}
 		}
 	}

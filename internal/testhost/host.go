@@ -77,6 +77,8 @@ type Host struct {
 	logPath  string
 	opts     Options
 	cmd      *exec.Cmd
+	pid      int
+	baseArgs []string
 	exited   chan struct{}
 	client   *client.Client
 }
@@ -103,6 +105,20 @@ type Options struct {
 	Name string
 	// ExtraArgs are more vesseld flags.
 	ExtraArgs []string
+	// Netns, if set, is the name of a network namespace (ip netns) the
+	// daemon runs in.
+	Netns string
+	// Root, Bridge, Subnet and CgroupParent override the generated ones.
+	Root         string
+	Bridge       string
+	Subnet       netip.Prefix
+	CgroupParent string
+	// CLIConfig is the vessel CLI configuration used by Vessel (default
+	// ROOT/cli-config.yml).
+	CLIConfig string
+	// Detached hosts outlive the calling program (scripts/testhosts): the
+	// daemon gets its own session and no teardown is registered.
+	Detached bool
 }
 
 // New starts a daemon built in bin with its own everything and registers
@@ -110,7 +126,10 @@ type Options struct {
 func New(t T, bin string, opts Options) *Host {
 	t.Helper()
 	id := randHex(3)
-	root := filepath.Join(os.TempDir(), "vessel-it-"+id)
+	root := opts.Root
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "vessel-it-"+id)
+	}
 	if opts.StorageSizeMiB == 0 {
 		opts.StorageSizeMiB = 2048
 	}
@@ -130,11 +149,49 @@ func New(t T, bin string, opts Options) *Host {
 		cgParent: "/vessel-it-" + id,
 		logPath:  filepath.Join(os.TempDir(), "vessel-it-"+id+".log"),
 	}
+	if opts.Bridge != "" {
+		h.bridge = opts.Bridge
+	}
+	if opts.Subnet.IsValid() {
+		h.subnet = opts.Subnet
+	}
+	if opts.CgroupParent != "" {
+		h.cgParent = opts.CgroupParent
+	}
+	if opts.Root != "" {
+		h.logPath = filepath.Join(root, "vesseld.log")
+		if err := os.MkdirAll(root, 0o711); err != nil {
+			t.Fatalf("%v", err)
+		}
+	}
 	h.client = client.NewUnix(h.socket)
-	t.Cleanup(h.teardown)
+	if !opts.Detached {
+		t.Cleanup(h.Teardown)
+	}
 	h.Start()
 	return h
 }
+
+// Attach returns a host for a daemon started earlier (by New with Detached)
+// and still running as pid, with the same options.
+func Attach(t T, bin string, opts Options, pid int) *Host {
+	h := &Host{t: t, bin: bin, opts: opts, id: "attached", root: opts.Root,
+		runDir: filepath.Join(opts.Root, "run"), socket: filepath.Join(opts.Root, "unix.socket"),
+		bridge: opts.Bridge, subnet: opts.Subnet, cgParent: opts.CgroupParent,
+		logPath: filepath.Join(opts.Root, "vesseld.log"), pid: pid}
+	h.client = client.NewUnix(h.socket)
+	return h
+}
+
+// PID returns the daemon's process id (0 when it is not running).
+func (h *Host) PID() int { return h.pid }
+
+// Name returns the host's name.
+func (h *Host) Name() string { return h.opts.Name }
+
+// Netns returns the network namespace the daemon runs in ("" for the
+// host's).
+func (h *Host) Netns() string { return h.opts.Netns }
 
 // freeSubnet picks a /24 in 10.200-249.x.0 not used by any host address.
 func freeSubnet(t T) netip.Prefix {
@@ -169,14 +226,20 @@ func (h *Host) Start() {
 		h.t.Fatalf("%v", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(h.bin, "vesseld"), h.args()...)
+	argv := append([]string{filepath.Join(h.bin, "vesseld")}, h.args()...)
+	if h.opts.Netns != "" {
+		argv = append([]string{"nsenter", "--net=/run/netns/" + h.opts.Netns, "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a test's signals never reach it by accident.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (a test's signals never reach it by accident),
+	// or its own session for a daemon that outlives us.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !h.opts.Detached, Setsid: h.opts.Detached}
 	if err := cmd.Start(); err != nil {
 		h.t.Fatalf("%v", err)
 	}
 	h.cmd = cmd
+	h.pid = cmd.Process.Pid
 	h.exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); close(h.exited) }()
 	deadline := time.Now().Add(60 * time.Second)
@@ -199,26 +262,45 @@ func (h *Host) Start() {
 // stopDaemon ends vesseld with SIGTERM (containers keep running).
 func (h *Host) StopDaemon() {
 	h.t.Helper()
-	if h.cmd == nil {
+	if h.pid == 0 {
 		return
 	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(60 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.exited
+	_ = syscall.Kill(h.pid, syscall.SIGTERM)
+	if !h.waitExit(60 * time.Second) {
+		_ = syscall.Kill(h.pid, syscall.SIGKILL)
+		h.waitExit(10 * time.Second)
 		h.t.Errorf("vesseld did not exit on SIGTERM")
 	}
-	h.cmd = nil
+	h.cmd, h.pid = nil, 0
+}
+
+// waitExit waits for the daemon to end: through its Wait when we started
+// it, else by polling its pid.
+func (h *Host) waitExit(d time.Duration) bool {
+	if h.cmd != nil {
+		select {
+		case <-h.exited:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(h.pid, 0) != nil {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // killDaemon ends vesseld with SIGKILL, as a crash would.
 func (h *Host) KillDaemon() {
 	h.t.Helper()
-	_ = h.cmd.Process.Kill()
-	<-h.exited
-	h.cmd = nil
+	_ = syscall.Kill(h.pid, syscall.SIGKILL)
+	h.waitExit(30 * time.Second)
+	h.cmd, h.pid = nil, 0
 }
 
 // SetExtraArgs replaces the extra vesseld flags used by the next Start or
@@ -229,6 +311,17 @@ func (h *Host) RestartDaemon() {
 	h.t.Helper()
 	h.StopDaemon()
 	h.Start()
+}
+
+// RestartWith restarts the daemon with extra flags added to the host's
+// own (none: back to the original flags).
+func (h *Host) RestartWith(extra ...string) {
+	h.t.Helper()
+	if h.baseArgs == nil {
+		h.baseArgs = append([]string{}, h.opts.ExtraArgs...)
+	}
+	h.opts.ExtraArgs = append(append([]string{}, h.baseArgs...), extra...)
+	h.RestartDaemon()
 }
 
 func (h *Host) Log() string {
@@ -279,9 +372,11 @@ func (h *Host) VesselIn(stdin string, args ...string) Result {
 }
 
 func (h *Host) Env() []string {
-	return append(os.Environ(),
-		"VESSEL_SOCKET="+h.socket,
-		"VESSEL_CONFIG="+filepath.Join(h.root, "cli-config.yml"))
+	cfg := h.opts.CLIConfig
+	if cfg == "" {
+		cfg = filepath.Join(h.root, "cli-config.yml")
+	}
+	return append(os.Environ(), "VESSEL_SOCKET="+h.socket, "VESSEL_CONFIG="+cfg)
 }
 
 // ok runs the CLI and fails the test unless it exits 0.

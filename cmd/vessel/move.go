@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/migration"
+)
+
+func newMoveCmd(g *globals) *cobra.Command {
+	var live, timing bool
+	var memory, format string
+	cmd := &cobra.Command{
+		Use:     "move [REMOTE:]NAME REMOTE:[NEWNAME]",
+		Aliases: []string{"migrate"},
+		Short:   "Move a container to another host (--live keeps it running)",
+		Long: `Move a container to another host. Without --live a running container is
+stopped, moved and started again. With --live it keeps running: its disk is
+copied while it runs, then it is frozen for a moment to checkpoint it and
+copy the last changes, and resumes on the target; with --memory=lazy (the
+default) memory follows after the resume (post-copy), with --memory=copy
+it is copied while frozen.
+
+The source host must have the target as a peer ('vessel peer add').`,
+		Example: `  vessel move alpha:web1 beta: --live --timing
+  vessel move web1 beta:web2`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !strings.Contains(args[1], ":") {
+				return fmt.Errorf("the target must name a remote: REMOTE:[NEWNAME]")
+			}
+			op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Live: live, Memory: memory})
+			if err := wait(cmd.Context(), g, op, err); err != nil {
+				return err
+			}
+			return printTiming(cmd, op, timing, format)
+		},
+	}
+	cmd.Flags().BoolVar(&live, "live", false, "keep the container running through the move")
+	cmd.Flags().StringVar(&memory, "memory", migration.MemoryLazy, "live memory transfer: lazy (post-copy) or copy (all while frozen)")
+	cmd.Flags().BoolVar(&timing, "timing", false, "print the per-phase timing table (like vzmigrate -t)")
+	cmd.Flags().StringVarP(&format, "format", "f", formatTable, "timing output: table or json")
+	return cmd
+}
+
+// startMigration asks the source host to migrate src to the host of dst.
+func startMigration(ctx context.Context, src, dst string, req api.InstanceMigratePost) (*client.Operation, error) {
+	sc, sref, err := connect(src)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadRemotes()
+	if err != nil {
+		return nil, err
+	}
+	dref, err := cfg.parseRef(dst)
+	if err != nil {
+		return nil, err
+	}
+	if dref.remote == sref.remote {
+		return nil, fmt.Errorf("%s and %s are on the same host", src, dst)
+	}
+	dc, err := cfg.client(dref.remote)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := dc.Server(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", dref.remote, err)
+	}
+	req.TargetFingerprint, req.Name = srv.Fingerprint, dref.name
+	return sc.MigrateInstance(ctx, sref.name, req)
+}
+
+// printTiming prints the migration report from the finished operation.
+func printTiming(cmd *cobra.Command, op *client.Operation, timing bool, format string) error {
+	if !timing && format != formatJSON {
+		return nil
+	}
+	var t migration.Timing
+	b, _ := json.Marshal(op.Metadata["timing"])
+	if err := json.Unmarshal(b, &t); err != nil {
+		return fmt.Errorf("no timing report: %w", err)
+	}
+	if format == formatJSON {
+		return printRaw(cmd.OutOrStdout(), formatJSON, t)
+	}
+	fmt.Fprint(cmd.OutOrStdout(), t.Table())
+	return nil
+}

@@ -1,0 +1,106 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
+)
+
+// Migration tuning.
+const (
+	// precopyMaxIterations bounds the disk pre-copy passes while running.
+	precopyMaxIterations = 6
+	// precopyDoneBytes ends pre-copy once a pass moved less than this: the
+	// last increment, sent while frozen, is then small.
+	precopyDoneBytes = 4 << 20
+	// migrateSnapPrefix names the pre-copy snapshots; user snapshot names
+	// are DNS labels, so they can never collide.
+	migrateSnapPrefix = ".migrate-"
+	// StatusMigrating is an instance's busy status during a migration.
+	StatusMigrating = "Migrating"
+)
+
+// migrateSnapshot is the volume of pre-copy pass i of an instance.
+func migrateSnapshot(name string, i int) storage.Volume {
+	return storage.Volume{Type: storage.VolumeSnapshot, Name: fmt.Sprintf("%s/%s%d", name, migrateSnapPrefix, i)}
+}
+
+// migrationDir holds a migration's checkpoint images and CRIU work files.
+func (d *Daemon) migrationDir(name string) string {
+	return filepath.Join(d.cfg.RunDir, "migrate", name)
+}
+
+// dropMigrationDir removes a migration's files, or with KeepMigrationFiles
+// moves them to RUN/migrate-kept/NAME-TIME for inspection.
+func (d *Daemon) dropMigrationDir(name string) {
+	dir := d.migrationDir(name)
+	if d.cfg.KeepMigrationFiles {
+		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
+		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && os.Rename(dir, kept) == nil {
+			return
+		}
+	}
+	_ = os.RemoveAll(dir)
+}
+
+func toWire(i state.Instance) migration.Instance {
+	return migration.Instance{Name: i.Name, Image: i.Image, Created: i.Created, Config: i.Config,
+		Init: i.Init, Env: i.Env, Cwd: i.Cwd, StopSignal: i.StopSignal, OS: migration.OS(i.OS), Address: i.Address}
+}
+
+func fromWire(w migration.Instance) state.Instance {
+	return state.Instance{Name: w.Name, Image: w.Image, Created: w.Created, Config: w.Config,
+		Init: w.Init, Env: w.Env, Cwd: w.Cwd, StopSignal: w.StopSignal, OS: state.OS(w.OS), Address: w.Address}
+}
+
+// progress publishes an operation's transfer progress (phase, bytes, rate)
+// every quarter second while a transfer runs.
+type progress struct {
+	op    *operations.Operation
+	bytes atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startProgress(op *operations.Operation, meta map[string]any) *progress {
+	p := &progress{op: op, stop: make(chan struct{}), done: make(chan struct{})}
+	op.SetMetadata(meta)
+	go func() {
+		defer close(p.done)
+		start := time.Now()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				n := p.bytes.Load()
+				rate := float64(n) / time.Since(start).Seconds()
+				op.SetMetadata(map[string]any{"bytes": n, "rate_bytes_per_s": int64(rate)})
+			}
+		}
+	}()
+	return p
+}
+
+// Write counts bytes (a progress is an io.Writer for io.MultiWriter).
+func (p *progress) Write(b []byte) (int, error) {
+	p.bytes.Add(int64(len(b)))
+	return len(b), nil
+}
+
+func (p *progress) end() int64 {
+	close(p.stop)
+	<-p.done
+	n := p.bytes.Load()
+	p.op.SetMetadata(map[string]any{"bytes": n})
+	return n
+}

@@ -1,0 +1,367 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/revert"
+	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
+)
+
+// AcceptMigration serves an incoming migration from a trusted peer in the
+// background, as an operation of this host.
+func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
+	go func() {
+		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+		sess, err := migration.Server(ctx, conn)
+		if err != nil {
+			cancel()
+			conn.Close()
+			d.log.Warn("incoming migration", "peer", peer, "err", err)
+			return
+		}
+		var hello migration.Hello
+		err = sess.Recv(ctx, &hello)
+		cancel()
+		if err != nil {
+			sess.Close()
+			d.log.Warn("incoming migration: no hello", "peer", peer, "err", err)
+			return
+		}
+		name := hello.Instance.Name
+		d.ops.Start(d.ctx, "Receiving instance from "+peer, instanceResources(name), func(ctx context.Context, op *operations.Operation) error {
+			defer sess.Close()
+			err := d.migrateIn(ctx, op, peer, sess, hello)
+			if err != nil {
+				d.log.Warn("incoming migration failed", "peer", peer, "name", name, "err", err)
+			}
+			return err
+		})
+	}()
+}
+
+// incoming is one migration seen from the target.
+type incoming struct {
+	d        *Daemon
+	op       *operations.Operation
+	sess     *migration.Session
+	hello    migration.Hello
+	name     string
+	received []storage.Volume
+	images   string
+	work     string
+	// lazy is the post-copy page daemon; pageBytes counts pages moved.
+	lazy      *runtime.LazyPages
+	pageBytes atomic.Int64
+	// prep is the live restore's preparation (network, bundle), made
+	// before the source freezes.
+	prep *prepared
+}
+
+func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
+	defer func() {
+		if err != nil {
+			sess.SendError(err)
+		}
+	}()
+	if hello.Version != migration.Version {
+		return errorf(ErrInvalid, "migration protocol version %d, this host speaks %d", hello.Version, migration.Version)
+	}
+	name := hello.Instance.Name
+	if err := ValidateName("instance", name); err != nil {
+		return err
+	}
+	recv, ok := d.storage.(storage.Receiver)
+	if !ok || hello.Storage != d.storage.Info().Name {
+		return errorf(ErrConflict, "cannot receive a %s volume on the %s storage driver", hello.Storage, d.storage.Info().Name)
+	}
+	unlock, err := d.lockInstance(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	defer d.setBusy(name, StatusMigrating)()
+
+	r := revert.New()
+	defer r.Fail()
+	inst := fromWire(hello.Instance)
+	if err := d.reserve(&inst, hello.KeepAddress); err != nil {
+		return err
+	}
+	r.Add(func() { _ = d.state.DeleteInstance(name) })
+	m := &incoming{d: d, op: op, sess: sess, hello: hello, name: name}
+	dir := d.migrationDir(name)
+	_ = os.RemoveAll(dir)
+	m.images, m.work = filepath.Join(dir, "images"), filepath.Join(dir, "work")
+	defer d.dropMigrationDir(name)
+	defer m.dropReceived()
+	if hello.Live {
+		if m.prep, err = d.prepareRun(ctx, name, true); err != nil {
+			return err
+		}
+		r.Add(m.prep.abort)
+	}
+	if err := sess.Send(migration.Message{Type: migration.MsgAccepted, Address: inst.Address}); err != nil {
+		return err
+	}
+
+	for {
+		var msg migration.Message
+		if err := sess.Recv(ctx, &msg); err != nil {
+			return err
+		}
+		switch msg.Type {
+		case migration.MsgDisk:
+			if err := m.injectFault(faultRecvDisk); err != nil {
+				return err
+			}
+			if err := m.receiveDisk(ctx, recv, msg); err != nil {
+				return err
+			}
+		case migration.MsgImages:
+			if err := m.receiveImages(ctx); err != nil {
+				return err
+			}
+		case migration.MsgStart:
+			if err := m.injectFault(faultBeforeRestore); err != nil {
+				return err
+			}
+			if err := m.start(ctx, r); err != nil {
+				return err
+			}
+			// From here the container lives on this host.
+			return m.finish(ctx)
+		case migration.MsgError:
+			return fmt.Errorf("%w: %s", migration.ErrRemote, msg.Error)
+		default:
+			return fmt.Errorf("%w: unexpected %q", migration.ErrProtocol, msg.Type)
+		}
+	}
+}
+
+// reserve stores the incoming instance's record, keeping its address (a
+// move) or giving it a new one (a copy).
+func (d *Daemon) reserve(inst *state.Instance, keepAddress bool) error {
+	d.addrMu.Lock()
+	defer d.addrMu.Unlock()
+	used, err := d.state.UsedAddresses()
+	if err != nil {
+		return err
+	}
+	if keepAddress {
+		if err := d.net.CheckAddress(inst.Address, used); err != nil {
+			return errorf(ErrConflict, "address %s of %s is not available on %s: %w", inst.Address, inst.Name, d.cfg.Name, err)
+		}
+	} else if inst.Address, err = d.net.Allocate(used); err != nil {
+		return errorf(ErrConflict, "%w", err)
+	}
+	inst.Running = false
+	if err := d.state.CreateInstance(*inst); err != nil {
+		if errors.Is(err, state.ErrExists) {
+			return errorf(ErrConflict, "instance %q already exists on %s", inst.Name, d.cfg.Name)
+		}
+		return err
+	}
+	return nil
+}
+
+// receiveDisk stores one disk stream and makes it durable before it
+// acknowledges: the source freezes only after everything sent so far is on
+// this host's disk.
+func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, msg migration.Message) error {
+	st, err := m.sess.AcceptStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	vol := storage.Volume{Type: storage.VolumeSnapshot, Name: m.name + "/" + msg.Snapshot}
+	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration})
+	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
+	err = recv.ReceiveVolume(ctx, vol, cr)
+	p.end()
+	if err != nil {
+		return fmt.Errorf("receive disk: %w", err)
+	}
+	m.received = append(m.received, vol)
+	if err := recv.Sync(ctx); err != nil {
+		return fmt.Errorf("sync received disk: %w", err)
+	}
+	return m.sess.Send(migration.Message{Type: migration.MsgDiskSynced, Iteration: msg.Iteration, Bytes: cr.N})
+}
+
+func (m *incoming) receiveImages(ctx context.Context) error {
+	st, err := m.sess.AcceptStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n, err := migration.ReceiveDir(st, m.images)
+	if err != nil {
+		return err
+	}
+	return m.sess.Send(migration.Message{Type: migration.MsgImagesDone, Bytes: n})
+}
+
+// start makes the container's volume from the last received disk and
+// runs it: a CRIU restore after a live move, a start after a cold one.
+func (m *incoming) start(ctx context.Context, r *revert.Reverter) error {
+	d := m.d
+	if len(m.received) == 0 {
+		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
+	}
+	vol := containerVolume(m.name)
+	if err := d.storage.CloneVolume(ctx, vol, m.received[len(m.received)-1], false); err != nil {
+		return fmt.Errorf("create root filesystem: %w", err)
+	}
+	r.Add(func() { _ = d.storage.DeleteVolume(context.Background(), vol) })
+	t0 := time.Now()
+	switch {
+	case m.hello.Live:
+		if err := m.restore(ctx); err != nil {
+			return err
+		}
+	case m.hello.Start:
+		if err := d.startLocked(ctx, m.name); err != nil {
+			return err
+		}
+	}
+	r.Success()
+	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+}
+
+// restore brings the checkpointed processes back. With lazy memory a
+// lazy-pages daemon fetches pages from the source's page server through the
+// session (one local port tunnelled to the source).
+func (m *incoming) restore(ctx context.Context) error {
+	d := m.d
+	if err := m.injectFault(faultRestore); err != nil {
+		return err
+	}
+	lazy := m.hello.Memory == migration.MemoryLazy
+	var lp *runtime.LazyPages
+	if lazy {
+		port, err := m.tunnelPages(ctx)
+		if err != nil {
+			return err
+		}
+		if lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, Address: "127.0.0.1", Port: port}); err != nil {
+			return err
+		}
+		if err := lp.WaitReady(ctx, m.work); err != nil {
+			lp.Kill()
+			return err
+		}
+		m.lazy = lp
+	}
+	err := d.launchPrepared(ctx, m.prep, func(bundle, logPath string) (runtime.Process, error) {
+		return d.rt.Restore(ctx, m.name, bundle, runtime.RestoreOptions{
+			StartOptions: runtime.StartOptions{LogPath: logPath},
+			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,
+		})
+	})
+	if err != nil && lp != nil {
+		lp.Kill()
+	}
+	return err
+}
+
+// tunnelPages listens on a local port for the lazy-pages daemon and
+// forwards each connection to the source's page server over the session.
+func (m *incoming) tunnelPages(ctx context.Context) (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		<-m.sess.Closed()
+		ln.Close()
+	}()
+	go func() {
+		defer ln.Close()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			st, err := m.sess.OpenStream()
+			if err != nil {
+				c.Close()
+				return
+			}
+			go func() {
+				defer c.Close()
+				defer st.Close()
+				pipe(c, &countingConn{Conn: st, n: &m.pageBytes})
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// finish waits for the post-copy to end (lazy) and for the source to
+// commit; the container stays here whatever happens now.
+func (m *incoming) finish(ctx context.Context) error {
+	d := m.d
+	if m.lazy != nil {
+		m.op.SetMetadata(map[string]any{"phase": "post-copy"})
+		<-m.lazy.Done()
+		if err := m.lazy.Err(); err != nil {
+			d.log.Error("POST-COPY FAILED: the restored container may miss memory pages", "name", m.name, "err", err)
+			m.sess.SendError(err)
+			return fmt.Errorf("post-copy failed after resume: %w", err)
+		}
+		if err := m.sess.Send(migration.Message{Type: migration.MsgPagesDone, Bytes: m.pageBytes.Load()}); err != nil {
+			d.log.Warn("migration: pages-done not delivered", "name", m.name, "err", err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := m.sess.Expect(cctx, migration.MsgCommit); err != nil {
+		d.log.Warn("migration: no commit from the source (the container runs here)", "name", m.name, "err", err)
+	}
+	m.op.SetMetadata(map[string]any{"phase": "done"})
+	return nil
+}
+
+// injectFault acts out a fault injected at point (tests): "cut" drops the
+// connection like a vanished peer, "fail" reports an error.
+func (m *incoming) injectFault(point string) error {
+	switch m.d.fault(point) {
+	case "cut":
+		m.sess.Close()
+		return injected(point)
+	case "fail":
+		return injected(point)
+	}
+	return nil
+}
+
+// dropReceived deletes the received transfer snapshots.
+func (m *incoming) dropReceived() {
+	for i := len(m.received) - 1; i >= 0; i-- {
+		_ = m.d.storage.DeleteVolume(context.Background(), m.received[i])
+	}
+}
+
+// countingConn counts bytes read from the tunnel (pages coming in).
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}

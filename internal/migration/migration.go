@@ -1,0 +1,203 @@
+// Package migration is the wire side of moving a container between hosts:
+// one connection per migration, its control messages, and the per-phase
+// timing report.
+//
+// Vocabulary:
+//
+//   - Session: the one connection between the source and the target host:
+//     an HTTPS request upgraded to a raw TLS stream (mutual certificates,
+//     the target admits only trusted peers), multiplexed with yamux. The
+//     first stream carries control messages; every bulk transfer (a disk
+//     send stream, checkpoint images, the lazy-page tunnel) gets its own
+//     stream, so control never waits behind data and nothing reconnects
+//     between phases.
+//   - Pre-copy iteration: one disk transfer while the container runs: a full
+//     send first, then the changes since the previous iteration. The target
+//     forces each one to disk and acknowledges it before the next (two-way
+//     channel: nobody sleeps waiting for a peer's fsync).
+//   - Frozen time: from the moment the container's cgroup is frozen on the
+//     source until its processes run again on the target.
+//   - Post-copy (lazy) memory: the target resumes before memory has moved;
+//     pages are pulled from the source's CRIU page server on first touch and
+//     in the background, through the session.
+package migration
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Version is the migration protocol's version. A target refuses a Hello of
+// another major version.
+const Version = 1
+
+// UpgradeProtocol names the HTTP upgrade to a migration session.
+const UpgradeProtocol = "vessel-migration/1"
+
+// Memory modes of a live migration.
+const (
+	// MemoryLazy moves memory after the target resumed (post-copy).
+	MemoryLazy = "lazy"
+	// MemoryCopy dumps all memory while frozen (for kernels without
+	// userfaultfd, and the in-run baseline).
+	MemoryCopy = "copy"
+)
+
+// Errors.
+var (
+	// ErrProtocol says the peer sent something out of order or malformed.
+	ErrProtocol = errors.New("migration protocol error")
+	// ErrRemote wraps an error the peer reported.
+	ErrRemote = errors.New("peer reported")
+)
+
+// Instance is what the target needs to recreate a container.
+type Instance struct {
+	Name       string            `json:"name"`
+	Image      string            `json:"image"`
+	Created    time.Time         `json:"created"`
+	Config     map[string]string `json:"config,omitempty"`
+	Init       []string          `json:"init"`
+	Env        []string          `json:"env,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`
+	StopSignal string            `json:"stop_signal"`
+	OS         OS                `json:"os"`
+	Address    netip.Addr        `json:"address"`
+}
+
+// OS names the container's distribution.
+type OS struct {
+	ID         string `json:"id,omitempty"`
+	Name       string `json:"name,omitempty"`
+	VersionID  string `json:"version_id,omitempty"`
+	PrettyName string `json:"pretty_name,omitempty"`
+}
+
+// Hello opens a session (source -> target).
+type Hello struct {
+	Version  int      `json:"version"`
+	Source   string   `json:"source"`
+	Instance Instance `json:"instance"`
+	// Live keeps the container running through the move.
+	Live bool `json:"live"`
+	// Memory is MemoryLazy or MemoryCopy (live only).
+	Memory string `json:"memory,omitempty"`
+	// Start the container on the target after a cold move.
+	Start bool `json:"start"`
+	// KeepAddress asks the target to keep the container's address (a move);
+	// a copy gets a new one.
+	KeepAddress bool `json:"keep_address"`
+	// Storage is the source's storage driver; disk streams are in its
+	// send format.
+	Storage string `json:"storage"`
+}
+
+// Message is one control message; Type says which fields matter.
+type Message struct {
+	Type string `json:"type"`
+	// Error text (Type "error").
+	Error string `json:"error,omitempty"`
+	// Disk transfer (Type "disk" from the source: a stream follows; "disk-synced"
+	// from the target once it is on its disk).
+	Iteration int    `json:"iteration,omitempty"`
+	Snapshot  string `json:"snapshot,omitempty"`
+	Parent    string `json:"parent,omitempty"`
+	Bytes     int64  `json:"bytes,omitempty"`
+	// Final marks the last disk transfer (taken while frozen or stopped).
+	Final bool `json:"final,omitempty"`
+	// Address the target gives the container (Type "accepted").
+	Address netip.Addr `json:"address,omitzero"`
+	// Restore timing from the target (Type "resumed"), in seconds.
+	RestoreSeconds float64 `json:"restore_seconds,omitempty"`
+}
+
+// Message types, in protocol order.
+const (
+	MsgAccepted   = "accepted"    // target: Hello is acceptable, name and address reserved
+	MsgDisk       = "disk"        // source: a disk stream follows on a new stream
+	MsgDiskSynced = "disk-synced" // target: that stream is received and on disk
+	MsgImages     = "images"      // source: checkpoint images follow on a new stream
+	MsgImagesDone = "images-done" // target: images received
+	MsgStart      = "start"       // source: make the container run (restore or start)
+	MsgResumed    = "resumed"     // target: the container runs on the target
+	MsgPagesDone  = "pages-done"  // target: post-copy finished, every page arrived
+	MsgCommit     = "commit"      // source: the source copy is gone; the move is done
+	MsgError      = "error"       // either: abort, with a reason
+)
+
+// Expect checks a received message's type; an error message from the peer
+// becomes an error wrapping ErrRemote.
+func Expect(m Message, want string) error {
+	if m.Type == MsgError {
+		return fmt.Errorf("%w: %s", ErrRemote, m.Error)
+	}
+	if m.Type != want {
+		return fmt.Errorf("%w: got %q, want %q", ErrProtocol, m.Type, want)
+	}
+	return nil
+}
+
+// Timing is the per-phase report of a migration (vzmigrate -t style), in
+// seconds, with the bytes moved in each phase.
+type Timing struct {
+	Mode              string  `json:"mode"`
+	Precopy           float64 `json:"precopy"`
+	SuspendDump       float64 `json:"suspend_dump"`
+	CopyAfterSuspend  float64 `json:"copy_after_suspend"`
+	CopyDump          float64 `json:"copy_dump"`
+	UndumpResume      float64 `json:"undump_resume"`
+	FrozenTotal       float64 `json:"frozen_total"`
+	Postcopy          float64 `json:"postcopy"`
+	Total             float64 `json:"total"`
+	PrecopyIterations int     `json:"precopy_iterations"`
+	PrecopyBytes      int64   `json:"precopy_bytes"`
+	AfterSuspendBytes int64   `json:"copy_after_suspend_bytes"`
+	DumpBytes         int64   `json:"copy_dump_bytes"`
+	PostcopyBytes     int64   `json:"postcopy_bytes"`
+}
+
+// Table renders the report the way `vzmigrate -t` printed it.
+func (t Timing) Table() string {
+	var b strings.Builder
+	row := func(name string, secs float64, bytes int64) {
+		if bytes > 0 {
+			fmt.Fprintf(&b, "%-26s %8.3f s  %10s\n", name+":", secs, humanBytes(bytes))
+		} else {
+			fmt.Fprintf(&b, "%-26s %8.3f s\n", name+":", secs)
+		}
+	}
+	fmt.Fprintf(&b, "Timing (%s):\n", t.Mode)
+	row(fmt.Sprintf("precopy (%d iterations)", t.PrecopyIterations), t.Precopy, t.PrecopyBytes)
+	row("suspend+dump", t.SuspendDump, 0)
+	row("copy after suspend", t.CopyAfterSuspend, t.AfterSuspendBytes)
+	row("copy dump", t.CopyDump, t.DumpBytes)
+	row("undump+resume", t.UndumpResume, 0)
+	b.WriteString(strings.Repeat("-", 48) + "\n")
+	row("total frozen", t.FrozenTotal, 0)
+	if t.Postcopy > 0 || t.PostcopyBytes > 0 {
+		row("post-copy (after resume)", t.Postcopy, t.PostcopyBytes)
+	}
+	row("total", t.Total, 0)
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// Seconds converts a duration for the report (millisecond precision).
+func Seconds(d time.Duration) float64 {
+	return float64(d.Round(time.Microsecond)) / float64(time.Second)
+}

@@ -1,0 +1,102 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// LazyPagesOptions configure the CRIU lazy-pages daemon of a post-copy
+// restore.
+type LazyPagesOptions struct {
+	// ImagePath holds the checkpoint images (all but the memory pages).
+	ImagePath string
+	// WorkPath is where it listens for the restored tasks (lazy-pages.socket)
+	// and writes lazy-pages.log; the restore must use the same work path.
+	WorkPath string
+	// Address and Port locate the source's page server.
+	Address string
+	Port    int
+}
+
+// LazyPages is a running `criu lazy-pages` daemon: it hands the restored
+// tasks their memory pages on first touch (userfaultfd) and pulls the rest
+// in the background, from the source's page server.
+type LazyPages struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	log  string
+}
+
+// StartLazyPages starts the lazy-pages daemon; start the restore (with
+// RestoreOptions.LazyPages and the same work path) afterwards.
+func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*LazyPages, error) {
+	if r.cfg.Criu == "" {
+		return nil, ErrNoCRIU
+	}
+	if err := os.MkdirAll(o.WorkPath, 0o700); err != nil {
+		return nil, err
+	}
+	log := filepath.Join(o.WorkPath, "lazy-pages.log")
+	cmd := exec.Command(r.cfg.Criu, "lazy-pages", "--page-server",
+		"--address", o.Address, "--port", strconv.Itoa(o.Port),
+		"--images-dir", o.ImagePath, "--work-dir", o.WorkPath,
+		"--log-file", log, "-v4")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	// Its own process group: it must outlive a cancelled request, and the
+	// caller ends it explicitly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start criu lazy-pages: %w", err)
+	}
+	lp := &LazyPages{cmd: cmd, done: make(chan struct{}), log: log}
+	go func() {
+		if err := cmd.Wait(); err != nil {
+			lp.err = fmt.Errorf("criu lazy-pages: %w: %s%s", err, bytes.TrimSpace(stderr.Bytes()), criuLogErrors(log))
+		}
+		close(lp.done)
+	}()
+	return lp, nil
+}
+
+// WaitReady waits until the daemon listens for the restore (its socket
+// exists), so the restore that follows does not race it.
+func (lp *LazyPages) WaitReady(ctx context.Context, workPath string) error {
+	sock := filepath.Join(workPath, "lazy-pages.socket")
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			return nil
+		}
+		select {
+		case <-lp.done:
+			if lp.err != nil {
+				return lp.err
+			}
+			return fmt.Errorf("criu lazy-pages exited before it was ready%s", criuLogErrors(lp.log))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Done is closed when the daemon exits: every page has been handed over,
+// or the transfer failed (see Err).
+func (lp *LazyPages) Done() <-chan struct{} { return lp.done }
+
+// Err returns why the daemon failed, once Done is closed.
+func (lp *LazyPages) Err() error { return lp.err }
+
+// Kill stops the daemon (after a failed restore).
+func (lp *LazyPages) Kill() {
+	_ = lp.cmd.Process.Kill()
+	<-lp.done
+}

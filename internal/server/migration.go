@@ -1,0 +1,42 @@
+package server
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/vesselhost/vessel/internal/migration"
+)
+
+// acceptMigration upgrades a trusted peer's request to a migration session
+// and hands the raw connection to the daemon.
+func (s *Server) acceptMigration(w http.ResponseWriter, r *http.Request) error {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), migration.UpgradeProtocol) {
+		return errBadRequestf("expected Upgrade: %s", migration.UpgradeProtocol)
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return errBadRequestf("connection cannot be upgraded")
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		return nil
+	}
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + migration.UpgradeProtocol + "\r\n\r\n")
+	if err := rw.Flush(); err != nil {
+		conn.Close()
+		return nil
+	}
+	_, peer := s.core.Authenticate(peerCert(r))
+	s.core.AcceptMigration(peer, &readerConn{Conn: conn, r: rw.Reader})
+	return nil
+}
+
+// readerConn reads through the hijacked buffered reader first.
+type readerConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }

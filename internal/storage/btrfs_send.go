@@ -1,0 +1,84 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// SendVolume implements Sender with `btrfs send [-p PARENT] VOL`. Both
+// volumes must be read-only.
+func (d *btrfsDriver) SendVolume(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error {
+	if err := d.checkMounted(); err != nil {
+		return err
+	}
+	if err := checkExisting(vol, d.Path(vol)); err != nil {
+		return fmt.Errorf("send %s: %w", vol, err)
+	}
+	args := []string{"send", "-q"}
+	if parent != nil {
+		if err := checkExisting(*parent, d.Path(*parent)); err != nil {
+			return fmt.Errorf("send %s: parent: %w", vol, err)
+		}
+		args = append(args, "-p", d.Path(*parent))
+	}
+	args = append(args, d.Path(vol))
+	return d.tool.stream(ctx, args, nil, w)
+}
+
+// ReceiveVolume implements Receiver with `btrfs receive DIR`: the stream
+// creates a read-only subvolume named like the sent one in vol's directory.
+func (d *btrfsDriver) ReceiveVolume(ctx context.Context, vol Volume, r io.Reader) error {
+	path, err := d.newVolumePath(vol)
+	if err != nil {
+		return err
+	}
+	if err := d.tool.stream(ctx, []string{"receive", "-e", filepath.Dir(path)}, r, io.Discard); err != nil {
+		// A half-received subvolume is left behind by btrfs: remove it.
+		_ = d.DeleteVolume(context.WithoutCancel(ctx), vol)
+		_ = removeEmptyParent(vol, path)
+		return fmt.Errorf("receive %s: %w", vol, err)
+	}
+	if ok, _ := pathExists(path); !ok {
+		return fmt.Errorf("receive %s: the stream held another volume", vol)
+	}
+	return nil
+}
+
+// Sync implements Receiver.
+func (d *btrfsDriver) Sync(ctx context.Context) error {
+	return syncfs(d.root)
+}
+
+// syncfs flushes the filesystem holding path.
+func syncfs(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", path, err)
+	}
+	return nil
+}
+
+// stream runs btrfs with stdin from r (if not nil) and stdout to w; the
+// error carries the tool's stderr.
+func (b btrfsTool) stream(ctx context.Context, args []string, r io.Reader, w io.Writer) error {
+	cmd := exec.CommandContext(ctx, b.btrfsBin, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, w, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("btrfs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+func newCluster(t *testing.T) *testhost.Cluster {
+	return testhost.NewCluster(t, binDir, testhost.ClusterOptions{})
+}
+
+// workload runs in a container what a live move must not disturb: a
+// counter kept in a shell's memory, a file appended to continuously, and
+// a TCP echo server the test stays connected to.
+type workload struct {
+	t     *testing.T
+	c     *testhost.Cluster
+	conn  net.Conn
+	rd    *bufio.Reader
+	count int
+	pings int
+}
+
+func startWorkload(t *testing.T, c *testhost.Cluster, ref string) *workload {
+	t.Helper()
+	bg := func(script string) {
+		c.OK("exec", ref, "--", "sh", "-c", "setsid sh -c '"+script+"' </dev/null >/dev/null 2>&1 &")
+	}
+	bg(`i=0; while :; do i=$((i+1)); echo $i > /tmp/count; usleep 20000; done`)
+	bg(`n=0; while :; do n=$((n+1)); echo "line $n" >> /root/log; usleep 20000; done`)
+	bg(`nc -ll -p 7000 -e cat`)
+	inst := instanceOn(t, c, ref)
+	w := &workload{t: t, c: c}
+	eventually(t, "echo server", func() bool {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(inst.IPv4, "7000"), time.Second)
+		if err != nil {
+			return false
+		}
+		w.conn, w.rd = conn, bufio.NewReader(conn)
+		return true
+	})
+	t.Cleanup(func() { w.conn.Close() })
+	w.check(ref)
+	return w
+}
+
+// check asserts the workload is intact where ref runs now.
+func (w *workload) check(ref string) {
+	w.t.Helper()
+	// The counter continues from where it was: no reset.
+	out := strings.TrimSpace(w.c.OK("exec", ref, "--", "cat", "/tmp/count"))
+	n, err := strconv.Atoi(out)
+	if err != nil || n < w.count {
+		w.t.Fatalf("counter on %s = %q, was %d: reset or lost", ref, out, w.count)
+	}
+	w.count = n
+	// The file holds every line once, in order.
+	lines := strings.Split(strings.TrimSpace(w.c.OK("exec", ref, "--", "cat", "/root/log")), "\n")
+	for i, l := range lines {
+		if l != fmt.Sprintf("line %d", i+1) {
+			w.t.Fatalf("log file on %s broken at line %d: %q", ref, i+1, l)
+		}
+	}
+	// The same TCP connection still answers.
+	w.pings++
+	msg := fmt.Sprintf("ping %d\n", w.pings)
+	_ = w.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := w.conn.Write([]byte(msg)); err != nil {
+		w.t.Fatalf("TCP write after move to %s: %v", ref, err)
+	}
+	got, err := w.rd.ReadString('\n')
+	if err != nil || got != msg {
+		w.t.Fatalf("TCP echo after move to %s: %q, %v", ref, got, err)
+	}
+}
+
+func instanceOn(t *testing.T, c *testhost.Cluster, ref string) api.Instance {
+	t.Helper()
+	var i api.Instance
+	if err := json.Unmarshal([]byte(c.OK("info", ref, "--format", "json")), &i); err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func listOn(t *testing.T, c *testhost.Cluster, remote string) map[string]api.Instance {
+	t.Helper()
+	var list []api.Instance
+	if err := json.Unmarshal([]byte(c.OK("list", remote+":", "--format", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]api.Instance{}
+	for _, i := range list {
+		out[i.Name] = i
+	}
+	return out
+}
+
+// TestLiveMigrationRoundTrips moves a busy container back and forth ten
+// times, in both memory modes, checking the workload after every move.
+func TestLiveMigrationRoundTrips(t *testing.T) {
+	c := newCluster(t)
+	c.OK("launch", "busybox", "alpha:w1")
+	addr := instanceOn(t, c, "alpha:w1").IPv4
+	w := startWorkload(t, c, "alpha:w1")
+	hosts := []string{"alpha", "beta"}
+	for i := 0; i < 20; i++ {
+		from, to := hosts[i%2], hosts[(i+1)%2]
+		mode := migration.MemoryLazy
+		if i%4 >= 2 {
+			mode = migration.MemoryCopy
+		}
+		out := c.OK("move", from+":w1", to+":", "--live", "--memory", mode, "--format", "json")
+		var tm migration.Timing
+		if err := json.Unmarshal([]byte(out), &tm); err != nil {
+			t.Fatalf("move %d: timing JSON: %v\n%s", i, err, out)
+		}
+		if tm.FrozenTotal <= 0 || tm.PrecopyIterations < 1 || tm.Total < tm.FrozenTotal {
+			t.Errorf("move %d: implausible timing %+v", i, tm)
+		}
+		t.Logf("move %d %s->%s (%s): frozen %.3fs total %.3fs", i, from, to, mode, tm.FrozenTotal, tm.Total)
+		if _, still := listOn(t, c, from)["w1"]; still {
+			t.Fatalf("move %d: w1 still on %s", i, from)
+		}
+		inst := listOn(t, c, to)["w1"]
+		if inst.Status != api.StatusRunning || inst.IPv4 != addr {
+			t.Fatalf("move %d: w1 on %s: %+v (address was %s)", i, to, inst, addr)
+		}
+		w.check(to + ":w1")
+	}
+	for _, h := range c.Hosts {
+		left, _ := filepath.Glob(filepath.Join(h.Root(), "storage-pools/default/snapshots/w1/.migrate-*"))
+		if len(left) != 0 {
+			t.Errorf("%s keeps transfer snapshots %v", h.Name(), left)
+		}
+	}
+}
+
+// TestColdMove stops, moves and starts a container; its files and address
+// move with it.
+func TestColdMove(t *testing.T) {
+	c := newCluster(t)
+	c.OK("launch", "busybox", "alpha:cold1")
+	c.OK("exec", "alpha:cold1", "--", "sh", "-c", "echo kept > /root/file")
+	addr := instanceOn(t, c, "alpha:cold1").IPv4
+	c.OK("move", "alpha:cold1", "beta:cold2")
+	inst := instanceOn(t, c, "beta:cold2")
+	if inst.Status != api.StatusRunning || inst.IPv4 != addr {
+		t.Fatalf("after cold move: %+v", inst)
+	}
+	if got := c.OK("exec", "beta:cold2", "--", "cat", "/root/file"); got != "kept\n" {
+		t.Fatalf("file after move: %q", got)
+	}
+	// A stopped container moves and stays stopped.
+	c.OK("stop", "--force", "beta:cold2")
+	c.OK("move", "beta:cold2", "alpha:")
+	if inst := instanceOn(t, c, "alpha:cold2"); inst.Status != api.StatusStopped {
+		t.Fatalf("stopped container after move: %+v", inst)
+	}
+	c.OK("start", "alpha:cold2")
+}
+
+// TestMigrationFaults injects a failure at each step of a live move: the
+// container must keep running on the source, untouched, and the target
+// must be left clean.
+func TestMigrationFaults(t *testing.T) {
+	c := newCluster(t)
+	alpha, beta := c.Host("alpha"), c.Host("beta")
+	c.OK("launch", "busybox", "alpha:f1")
+	w := startWorkload(t, c, "alpha:f1")
+	pid := instanceOn(t, c, "alpha:f1").PID
+
+	survived := func(what string) {
+		t.Helper()
+		inst := instanceOn(t, c, "alpha:f1")
+		if inst.Status != api.StatusRunning || inst.PID != pid {
+			t.Fatalf("%s: source container %+v (pid was %d)", what, inst, pid)
+		}
+		w.check("alpha:f1")
+		if _, ok := listOn(t, c, "beta")["f1"]; ok {
+			t.Fatalf("%s: target still lists f1", what)
+		}
+		for _, p := range []string{"containers/f1", "snapshots/f1"} {
+			if _, err := os.Stat(filepath.Join(beta.Root(), "storage-pools/default", p)); err == nil {
+				t.Fatalf("%s: target keeps %s", what, p)
+			}
+		}
+		left, _ := filepath.Glob(filepath.Join(alpha.Root(), "storage-pools/default/snapshots/f1/.migrate-*"))
+		if len(left) != 0 {
+			t.Fatalf("%s: source keeps transfer snapshots %v", what, left)
+		}
+	}
+
+	for _, fault := range []string{
+		"migrate.target.recv-disk=cut",
+		"migrate.target.before-restore=cut",
+		"migrate.target.before-restore=fail",
+		"migrate.target.restore=fail",
+	} {
+		beta.RestartWith("--fault", fault)
+		for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+			r := c.Vessel("move", "alpha:f1", "beta:", "--live", "--memory", mode)
+			if r.Code == 0 {
+				t.Fatalf("move succeeded despite %s", fault)
+			}
+			t.Logf("%s (%s): %s", fault, mode, strings.TrimSpace(r.Stderr))
+			survived(fault + " " + mode)
+		}
+	}
+	beta.RestartWith()
+
+	// The target is down: the source cannot even connect.
+	fp := func() string {
+		srv, err := beta.Client().Server(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv.Fingerprint
+	}()
+	beta.StopDaemon()
+	op, err := alpha.Client().MigrateInstance(context.Background(), "f1", api.InstanceMigratePost{TargetFingerprint: fp, Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("move to a stopped host: %v", err)
+	}
+	beta.Start()
+	survived("target down")
+
+	// The target's disk is full.
+	pool := filepath.Join(beta.Root(), "storage-pools/default")
+	fillDisk(t, pool)
+	r := c.Vessel("move", "alpha:f1", "beta:", "--live")
+	if r.Code == 0 {
+		t.Fatal("move to a full disk succeeded")
+	}
+	t.Logf("disk full: %s", strings.TrimSpace(r.Stderr))
+	if err := os.Remove(filepath.Join(pool, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	survived("disk full")
+
+	// And after all that, the move works.
+	c.OK("move", "alpha:f1", "beta:", "--live")
+	w.check("beta:f1")
+}
+
+// fillDisk fills a filesystem with a file named "filler".
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	t.Cleanup(func() { os.Remove(filepath.Join(dir, "filler")) })
+	// Allocate all free space, then top up with writes until ENOSPC.
+	_ = unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*int64(st.Bsize))
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	_ = f.Sync()
+}
