@@ -14,7 +14,7 @@ import (
 )
 
 func newMoveCmd(g *globals) *cobra.Command {
-	var live, timing bool
+	var live, timing, instanceOnly bool
 	var memory, format string
 	cmd := &cobra.Command{
 		Use:     "move [REMOTE:]NAME REMOTE:[NEWNAME]",
@@ -35,7 +35,7 @@ The source host must have the target as a peer ('vessel peer add').`,
 			if !strings.Contains(args[1], ":") {
 				return fmt.Errorf("the target must name a remote: REMOTE:[NEWNAME]")
 			}
-			op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Live: live, Memory: memory})
+			op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Live: live, Memory: memory, InstanceOnly: instanceOnly})
 			if err := wait(cmd.Context(), g, op, err); err != nil {
 				return err
 			}
@@ -44,6 +44,7 @@ The source host must have the target as a peer ('vessel peer add').`,
 	}
 	cmd.Flags().BoolVar(&live, "live", false, "keep the container running through the move")
 	cmd.Flags().StringVar(&memory, "memory", migration.MemoryLazy, "live memory transfer: lazy (post-copy) or copy (all while frozen)")
+	cmd.Flags().BoolVar(&instanceOnly, "instance-only", false, "leave the snapshots behind (they are deleted with the source)")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print the per-phase timing table (like vzmigrate -t)")
 	cmd.Flags().StringVarP(&format, "format", "f", formatTable, "timing output: table or json")
 	return cmd

@@ -99,4 +99,7 @@ type InstanceMigratePost struct {
 	// Copy leaves the source instance in place (vessel copy); the copy gets
 	// a new address.
 	Copy bool `json:"copy"`
+	// InstanceOnly leaves the snapshots behind (a move then deletes them
+	// with the source instance); by default they move too.
+	InstanceOnly bool `json:"instance_only"`
 }

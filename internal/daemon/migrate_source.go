@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/runtime"
@@ -75,6 +77,11 @@ type outgoing struct {
 	timing migration.Timing
 	// snaps are the pre-copy snapshots sent so far (deleted at the end).
 	snaps []storage.Volume
+	// base is the newest snapshot the target already has (the parent of
+	// the first pre-copy pass), if any.
+	base *storage.Volume
+	// pageBytes counts memory pages streamed during a copy-mode dump.
+	pageBytes atomic.Int64
 	// frozen is set while the source container is frozen by the migration.
 	frozen bool
 	// committed: the container runs on the target; the source copy is gone.
@@ -131,10 +138,17 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		return err
 	}
 	defer m.sess.Close()
+	var snaps []state.Snapshot
+	if !req.InstanceOnly && !req.Copy {
+		if snaps, err = d.state.ListSnapshots(name); err != nil {
+			return err
+		}
+	}
 	wire := toWire(inst)
 	wire.Name = req.Name
 	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
-		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, Storage: d.storage.Info().Name}
+		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, Storage: d.storage.Info().Name,
+		Snapshots: len(snaps)}
 	if err := m.sess.Send(hello); err != nil {
 		return err
 	}
@@ -147,6 +161,9 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		}
 	}()
 
+	if err = m.sendSnapshots(ctx, snaps); err != nil {
+		return err
+	}
 	if req.Live {
 		err = m.live(ctx)
 	} else {
@@ -245,11 +262,11 @@ func (m *outgoing) live(ctx context.Context) error {
 	m.timing.CopyAfterSuspend, m.timing.AfterSuspendBytes = migration.Seconds(disk.d), disk.n
 
 	t2 := time.Now()
-	n, err := m.sendImages(ctx, images)
+	n, err := m.sendImages(ctx, images, dump.pages)
 	if err != nil {
 		return err
 	}
-	m.timing.CopyDump, m.timing.DumpBytes = migration.Seconds(time.Since(t2)), n
+	m.timing.CopyDump, m.timing.DumpBytes = migration.Seconds(time.Since(t2)), n+m.pageBytes.Load()
 
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
@@ -322,6 +339,55 @@ func (m *outgoing) awaitResumed(ctx context.Context) error {
 	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %s is left FROZEN on this host to avoid running it twice; check the target, then delete or thaw it: %w", m.name, err)
 }
 
+// sendSnapshots sends the instance's snapshots, oldest first, each disk as
+// the difference from the one before (and a stateful one's checkpoint);
+// the newest becomes the parent of the first pre-copy pass, so the
+// container's disk then moves as a difference too.
+func (m *outgoing) sendSnapshots(ctx context.Context, snaps []state.Snapshot) error {
+	d := m.d
+	sender := d.storage.(storage.Sender)
+	var prev *storage.Volume
+	for i, s := range snaps {
+		m.op.SetMetadata(map[string]any{"phase": "snapshots", "snapshot": s.Name, "iteration": i})
+		rec := migration.SnapshotRecord{Name: s.Name, Created: s.Created, Stateful: s.Stateful, DiskBytes: s.DiskBytes,
+			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS)}
+		msg := migration.Message{Type: migration.MsgSnapshot, Record: &rec}
+		if prev != nil {
+			msg.Parent = filepath.Base(prev.Name)
+		}
+		if err := m.sess.Send(msg); err != nil {
+			return err
+		}
+		vol := snapshotVolume(m.name, s.Name)
+		st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamDisk})
+		if err != nil {
+			return err
+		}
+		err = sender.SendVolume(ctx, vol, prev, st)
+		st.Close()
+		if err != nil {
+			return fmt.Errorf("send snapshot %s: %w", s.Name, err)
+		}
+		if s.Stateful {
+			st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamImages})
+			if err != nil {
+				return err
+			}
+			_, err = migration.SendDir(st, d.storage.Path(checkpointVolume(m.name, s.Name)))
+			st.Close()
+			if err != nil {
+				return fmt.Errorf("send checkpoint of snapshot %s: %w", s.Name, err)
+			}
+		}
+		if _, err := m.sess.Expect(ctx, migration.MsgSnapshotOK); err != nil {
+			return fmt.Errorf("target could not store snapshot %s: %w", s.Name, err)
+		}
+		prev = &vol
+	}
+	m.base = prev
+	return nil
+}
+
 // precopy sends the disk while the container runs: a full pass, then the
 // changes since the previous pass, until a pass is small or the passes stop
 // shrinking. The target makes each one durable before the next.
@@ -353,17 +419,20 @@ func (m *outgoing) sendDisk(ctx context.Context, final bool) (int64, error) {
 		return 0, fmt.Errorf("snapshot for transfer: %w", err)
 	}
 	m.snaps = append(m.snaps, snap)
-	var parent *storage.Volume
-	msg := migration.Message{Type: migration.MsgDisk, Iteration: i, Snapshot: filepath.Base(snap.Name), Final: final}
+	// The parent of a pass is the previous pass or, for the first, the
+	// newest snapshot the target already has.
+	parent := m.base
 	if i > 0 {
-		p := m.snaps[i-1]
-		parent = &p
-		msg.Parent = filepath.Base(p.Name)
+		parent = &m.snaps[i-1]
+	}
+	msg := migration.Message{Type: migration.MsgDisk, Iteration: i, Snapshot: filepath.Base(snap.Name), Final: final}
+	if parent != nil {
+		msg.Parent = filepath.Base(parent.Name)
 	}
 	if err := m.sess.Send(msg); err != nil {
 		return 0, err
 	}
-	st, err := m.sess.OpenStream()
+	st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamDisk})
 	if err != nil {
 		return 0, err
 	}
@@ -376,6 +445,11 @@ func (m *outgoing) sendDisk(ctx context.Context, final bool) (int64, error) {
 	st.Close()
 	sent := p.end()
 	if serr != nil {
+		select {
+		case <-m.sess.Closed():
+			return sent, fmt.Errorf("connection to the target lost while sending the disk (pass %d): %w", i, serr)
+		default:
+		}
 		return sent, fmt.Errorf("send disk: %w", serr)
 	}
 	ack, err := m.sess.Expect(ctx, migration.MsgDiskSynced)
@@ -385,12 +459,13 @@ func (m *outgoing) sendDisk(ctx context.Context, final bool) (int64, error) {
 	return ack.Bytes, nil
 }
 
-// sendImages streams the checkpoint images to the target.
-func (m *outgoing) sendImages(ctx context.Context, dir string) (int64, error) {
-	if err := m.sess.Send(migration.Message{Type: migration.MsgImages}); err != nil {
+// sendImages streams the checkpoint images (all but the page files already
+// streamed during the dump, which pages names) to the target.
+func (m *outgoing) sendImages(ctx context.Context, dir string, pages []string) (int64, error) {
+	if err := m.sess.Send(migration.Message{Type: migration.MsgImages, Pages: pages}); err != nil {
 		return 0, err
 	}
-	st, err := m.sess.OpenStream()
+	st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamImages})
 	if err != nil {
 		return 0, err
 	}
@@ -432,7 +507,8 @@ func (m *outgoing) thaw() {
 // dumpRun is a running (or finished) checkpoint.
 type dumpRun struct {
 	done       chan error
-	pageServer string // addr:port of the lazy page server
+	pageServer string   // addr:port of the lazy page server
+	pages      []string // page files streamed during a copy-mode dump
 	result     error
 	finished   bool
 }
@@ -496,21 +572,71 @@ func (m *outgoing) checkpoint(ctx context.Context, images, work string, lazy boo
 		}
 		return run, nil
 	}
-	err := m.d.rt.Checkpoint(ctx, m.name, opts)
-	run.done <- nil
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+	// Copy mode: the memory pages go to the target as CRIU writes them
+	// (FIFOs in place of the page files), not to this host's disk first.
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		return nil, err
 	}
+	capture, err := imgstream.StartCapture(ctx, images, m.pageFiles(), &pageSink{m: m})
+	if err != nil {
+		return nil, err
+	}
+	// runc runs without ctx: killing it would orphan its CRIU; a cancel
+	// aborts the capture instead, and CRIU's next write fails.
+	err = m.d.rt.Checkpoint(context.WithoutCancel(ctx), m.name, opts)
+	pages, cerr := capture.Finish()
+	run.done <- nil
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	case cerr != nil:
+		return nil, fmt.Errorf("stream memory pages to the target: %w", cerr)
+	}
+	run.pages = pages
 	return run, nil
+}
+
+// pageFiles is how many page-file FIFOs a dump needs: one per process,
+// plus spares for shared memory segments.
+func (m *outgoing) pageFiles() int {
+	n := captureSpare
+	if cg, err := m.d.instanceCgroup(m.name); err == nil {
+		if pids, err := cg.Pids(); err == nil {
+			n += len(pids)
+		}
+	}
+	return n
+}
+
+// pageSink streams each page file of a dump to the target on its own
+// stream; the target acknowledges them all with the other images.
+type pageSink struct{ m *outgoing }
+
+// Store implements imgstream.Sink.
+func (p *pageSink) Store(ctx context.Context, name string, r io.Reader) error {
+	st, err := p.m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamPage, Name: name})
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(st, r)
+	p.m.pageBytes.Add(n)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // servePages tunnels the target's lazy-pages connections, which arrive as
 // streams on the session, to the local page server.
 func (m *outgoing) servePages(ctx context.Context, addr string) {
 	for {
-		st, err := m.sess.AcceptStream(ctx)
+		st, h, err := m.sess.AcceptStream(ctx)
 		if err != nil {
 			return
+		}
+		if h.Kind != migration.StreamPageServer {
+			st.Close()
+			continue
 		}
 		go func() {
 			defer st.Close()

@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/revert"
@@ -67,6 +69,15 @@ type incoming struct {
 	// prep is the live restore's preparation (network, bundle), made
 	// before the source freezes.
 	prep *prepared
+
+	// Data streams, routed by dispatch: disk and images streams wait here
+	// for the control message that announces them; page files are stored
+	// as they arrive (pageSink) and recorded in pagesDone.
+	diskCh, imagesCh chan net.Conn
+	pageSink         *imgstream.DirSink
+	pagesMu          sync.Mutex
+	pagesDone        map[string]error
+	pagesChanged     chan struct{}
 }
 
 func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
@@ -100,12 +111,19 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		return err
 	}
 	r.Add(func() { _ = d.state.DeleteInstance(name) })
-	m := &incoming{d: d, op: op, sess: sess, hello: hello, name: name}
+	m := &incoming{d: d, op: op, sess: sess, hello: hello, name: name,
+		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4),
+		pagesDone: map[string]error{}, pagesChanged: make(chan struct{})}
 	dir := d.migrationDir(name)
 	_ = os.RemoveAll(dir)
 	m.images, m.work = filepath.Join(dir, "images"), filepath.Join(dir, "work")
+	if err := os.MkdirAll(m.images, 0o700); err != nil {
+		return err
+	}
+	m.pageSink = &imgstream.DirSink{Dir: m.images}
 	defer d.dropMigrationDir(name)
 	defer m.dropReceived()
+	go m.dispatch(ctx)
 	if hello.Live {
 		if m.prep, err = d.prepareRun(ctx, name, true); err != nil {
 			return err
@@ -130,7 +148,11 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 				return err
 			}
 		case migration.MsgImages:
-			if err := m.receiveImages(ctx); err != nil {
+			if err := m.receiveImages(ctx, msg.Pages); err != nil {
+				return err
+			}
+		case migration.MsgSnapshot:
+			if err := m.receiveSnapshot(ctx, recv, msg, r); err != nil {
 				return err
 			}
 		case migration.MsgStart:
@@ -180,7 +202,7 @@ func (d *Daemon) reserve(inst *state.Instance, keepAddress bool) error {
 // acknowledges: the source freezes only after everything sent so far is on
 // this host's disk.
 func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, msg migration.Message) error {
-	st, err := m.sess.AcceptStream(ctx)
+	st, err := m.nextStream(ctx, m.diskCh)
 	if err != nil {
 		return err
 	}
@@ -200,8 +222,10 @@ func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, msg m
 	return m.sess.Send(migration.Message{Type: migration.MsgDiskSynced, Iteration: msg.Iteration, Bytes: cr.N})
 }
 
-func (m *incoming) receiveImages(ctx context.Context) error {
-	st, err := m.sess.AcceptStream(ctx)
+// receiveImages stores the checkpoint images and waits for the page files
+// streamed during the dump; everything is durable before it acknowledges.
+func (m *incoming) receiveImages(ctx context.Context, pages []string) error {
+	st, err := m.nextStream(ctx, m.imagesCh)
 	if err != nil {
 		return err
 	}
@@ -210,7 +234,138 @@ func (m *incoming) receiveImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := m.waitPages(ctx, pages); err != nil {
+		return fmt.Errorf("receive memory pages: %w", err)
+	}
 	return m.sess.Send(migration.Message{Type: migration.MsgImagesDone, Bytes: n})
+}
+
+// dispatch routes the source's data streams by kind until the session ends.
+func (m *incoming) dispatch(ctx context.Context) {
+	for {
+		st, h, err := m.sess.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		switch h.Kind {
+		case migration.StreamDisk:
+			m.diskCh <- st
+		case migration.StreamImages:
+			m.imagesCh <- st
+		case migration.StreamPage:
+			go m.receivePage(ctx, st, h.Name)
+		default:
+			st.Close()
+		}
+	}
+}
+
+// nextStream waits for the next data stream of one kind.
+func (m *incoming) nextStream(ctx context.Context, ch chan net.Conn) (net.Conn, error) {
+	select {
+	case st := <-ch:
+		return st, nil
+	case <-m.sess.Closed():
+		return nil, errors.New("migration: connection to peer lost")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// receivePage stores one page file with large aligned direct writes.
+func (m *incoming) receivePage(ctx context.Context, st net.Conn, name string) {
+	defer st.Close()
+	err := m.pageSink.Store(ctx, name, st)
+	m.pagesMu.Lock()
+	m.pagesDone[name] = err
+	close(m.pagesChanged)
+	m.pagesChanged = make(chan struct{})
+	m.pagesMu.Unlock()
+}
+
+// waitPages waits until every named page file is stored, then makes their
+// names durable.
+func (m *incoming) waitPages(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	for {
+		m.pagesMu.Lock()
+		missing, changed := 0, m.pagesChanged
+		var failed error
+		for _, n := range names {
+			if err, ok := m.pagesDone[n]; !ok {
+				missing++
+			} else if err != nil && failed == nil {
+				failed = err
+			}
+		}
+		m.pagesMu.Unlock()
+		switch {
+		case failed != nil:
+			return failed
+		case missing == 0:
+			return m.pageSink.SyncDir()
+		}
+		select {
+		case <-changed:
+		case <-m.sess.Closed():
+			return errors.New("migration: connection to peer lost")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// receiveSnapshot stores one of the instance's snapshots: its disk (as the
+// difference from the snapshot before), its checkpoint if stateful, and
+// its record. A failed migration removes it again (r).
+func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, msg migration.Message, r *revert.Reverter) error {
+	d, rec := m.d, msg.Record
+	if rec == nil {
+		return fmt.Errorf("%w: snapshot without a record", migration.ErrProtocol)
+	}
+	if err := ValidateName("snapshot", rec.Name); err != nil {
+		return err
+	}
+	bg := context.WithoutCancel(ctx)
+	vol := snapshotVolume(m.name, rec.Name)
+	st, err := m.nextStream(ctx, m.diskCh)
+	if err != nil {
+		return err
+	}
+	err = recv.ReceiveVolume(ctx, vol, st)
+	st.Close()
+	if err != nil {
+		return fmt.Errorf("receive snapshot %s: %w", rec.Name, err)
+	}
+	r.Add(func() { _ = d.storage.DeleteVolume(bg, vol) })
+	if rec.Stateful {
+		ck := checkpointVolume(m.name, rec.Name)
+		if err := d.storage.CreateVolume(ctx, ck); err != nil {
+			return err
+		}
+		r.Add(func() { _ = d.storage.DeleteVolume(bg, ck) })
+		st, err := m.nextStream(ctx, m.imagesCh)
+		if err != nil {
+			return err
+		}
+		_, err = migration.ReceiveDir(st, d.storage.Path(ck))
+		st.Close()
+		if err != nil {
+			return fmt.Errorf("receive checkpoint of snapshot %s: %w", rec.Name, err)
+		}
+	}
+	if err := recv.Sync(ctx); err != nil {
+		return err
+	}
+	if err := d.state.CreateSnapshot(state.Snapshot{Instance: m.name, Name: rec.Name, Created: rec.Created,
+		Stateful: rec.Stateful, DiskBytes: rec.DiskBytes, MemoryBytes: rec.MemoryBytes, FrozenMs: rec.FrozenMs,
+		Config: rec.Config, OS: state.OS(rec.OS)}); err != nil {
+		return err
+	}
+	r.Add(func() { _ = d.state.DeleteSnapshot(m.name, rec.Name) })
+	return m.sess.Send(migration.Message{Type: migration.MsgSnapshotOK})
 }
 
 // start makes the container's volume from the last received disk and
@@ -294,7 +449,7 @@ func (m *incoming) tunnelPages(ctx context.Context) (int, error) {
 			if err != nil {
 				return
 			}
-			st, err := m.sess.OpenStream()
+			st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamPageServer})
 			if err != nil {
 				c.Close()
 				return

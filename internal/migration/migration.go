@@ -87,6 +87,8 @@ type Hello struct {
 	Memory string `json:"memory,omitempty"`
 	// Start the container on the target after a cold move.
 	Start bool `json:"start"`
+	// Snapshots is how many snapshots will be sent before the disk.
+	Snapshots int `json:"snapshots"`
 	// KeepAddress asks the target to keep the container's address (a move);
 	// a copy gets a new one.
 	KeepAddress bool `json:"keep_address"`
@@ -112,6 +114,25 @@ type Message struct {
 	Address netip.Addr `json:"address,omitzero"`
 	// Restore timing from the target (Type "resumed"), in seconds.
 	RestoreSeconds float64 `json:"restore_seconds,omitempty"`
+	// Pages lists the page files streamed during the dump (Type "images"):
+	// the target has them all before it acknowledges.
+	Pages []string `json:"pages,omitempty"`
+	// Record is a snapshot's record (Type "snapshot"): its disk follows
+	// on a disk stream, then, if Stateful, its checkpoint on an images
+	// stream.
+	Record *SnapshotRecord `json:"record,omitempty"`
+}
+
+// SnapshotRecord describes one of the instance's snapshots.
+type SnapshotRecord struct {
+	Name        string            `json:"name"`
+	Created     time.Time         `json:"created"`
+	Stateful    bool              `json:"stateful"`
+	DiskBytes   uint64            `json:"disk_bytes"`
+	MemoryBytes uint64            `json:"memory_bytes"`
+	FrozenMs    float64           `json:"frozen_ms"`
+	Config      map[string]string `json:"config,omitempty"`
+	OS          OS                `json:"os"`
 }
 
 // Message types, in protocol order.
@@ -121,6 +142,8 @@ const (
 	MsgDiskSynced = "disk-synced" // target: that stream is received and on disk
 	MsgImages     = "images"      // source: checkpoint images follow on a new stream
 	MsgImagesDone = "images-done" // target: images received
+	MsgSnapshot   = "snapshot"    // source: a snapshot (record, disk, checkpoint) follows
+	MsgSnapshotOK = "snapshot-ok" // target: that snapshot is stored
 	MsgStart      = "start"       // source: make the container run (restore or start)
 	MsgResumed    = "resumed"     // target: the container runs on the target
 	MsgPagesDone  = "pages-done"  // target: post-copy finished, every page arrived

@@ -108,22 +108,72 @@ func (s *Session) Expect(ctx context.Context, want string) (Message, error) {
 	return m, Expect(m, want)
 }
 
-// OpenStream opens a data stream (the peer accepts it with AcceptStream).
-func (s *Session) OpenStream() (net.Conn, error) {
+// Kinds of data streams.
+const (
+	// StreamDisk carries a storage send stream (container or snapshot disk).
+	StreamDisk = "disk"
+	// StreamImages carries checkpoint images other than memory pages (a tar,
+	// see SendDir), or a stateful snapshot's checkpoint.
+	StreamImages = "images"
+	// StreamPage carries one memory page file of a dump as CRIU writes it.
+	StreamPage = "page"
+	// StreamPageServer tunnels a lazy-pages connection to the source's page
+	// server (opened by the target).
+	StreamPageServer = "page-server"
+)
+
+// StreamHeader opens every data stream: what it carries.
+type StreamHeader struct {
+	Kind string `json:"kind"`
+	Name string `json:"name,omitempty"`
+}
+
+// maxHeader bounds a stream header line.
+const maxHeader = 4096
+
+// OpenStream opens a data stream of the given kind (the peer accepts it
+// with AcceptStream and learns the header).
+func (s *Session) OpenStream(h StreamHeader) (net.Conn, error) {
 	st, err := s.mux.OpenStream()
 	if err != nil {
+		return nil, fmt.Errorf("migration: open stream: %w", err)
+	}
+	b, _ := json.Marshal(h)
+	if _, err := st.Write(append(b, '\n')); err != nil {
+		st.Close()
 		return nil, fmt.Errorf("migration: open stream: %w", err)
 	}
 	return st, nil
 }
 
-// AcceptStream accepts the peer's next data stream.
-func (s *Session) AcceptStream(ctx context.Context) (net.Conn, error) {
+// AcceptStream accepts the peer's next data stream and reads its header.
+func (s *Session) AcceptStream(ctx context.Context) (net.Conn, StreamHeader, error) {
+	var h StreamHeader
 	st, err := s.mux.AcceptStreamWithContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migration: accept stream: %w", err)
+		return nil, h, fmt.Errorf("migration: accept stream: %w", err)
 	}
-	return st, nil
+	// Byte by byte: nothing after the header may be consumed here.
+	line := make([]byte, 0, 64)
+	b := make([]byte, 1)
+	for {
+		if _, err := io.ReadFull(st, b); err != nil {
+			st.Close()
+			return nil, h, fmt.Errorf("migration: stream header: %w", err)
+		}
+		if b[0] == '\n' {
+			break
+		}
+		if line = append(line, b[0]); len(line) > maxHeader {
+			st.Close()
+			return nil, h, fmt.Errorf("%w: stream header too long", ErrProtocol)
+		}
+	}
+	if err := json.Unmarshal(line, &h); err != nil {
+		st.Close()
+		return nil, h, fmt.Errorf("%w: stream header: %v", ErrProtocol, err)
+	}
+	return st, h, nil
 }
 
 // Closed is closed when the session ends (peer gone, connection cut).

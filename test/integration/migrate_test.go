@@ -284,3 +284,39 @@ func fillDisk(t *testing.T, dir string) {
 	}
 	_ = f.Sync()
 }
+
+// TestMoveWithSnapshots moves a container with a disk snapshot and a
+// stateful one; both arrive, and the stateful one restores on the target.
+func TestMoveWithSnapshots(t *testing.T) {
+	c := newCluster(t)
+	c.OK("launch", "busybox", "alpha:s1")
+	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo one > /root/v")
+	c.OK("snapshot", "create", "alpha:s1", "first")
+	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo two > /root/v")
+	c.OK("snapshot", "create", "alpha:s1", "second", "--stateful")
+	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo three > /root/v")
+
+	c.OK("move", "alpha:s1", "beta:", "--live")
+	list := c.OK("snapshot", "list", "beta:s1", "--format", "csv")
+	for _, want := range []string{"first", "second"} {
+		if !strings.Contains(list, want) {
+			t.Fatalf("snapshot %s missing on the target:\n%s", want, list)
+		}
+	}
+	if got := c.OK("exec", "beta:s1", "--", "cat", "/root/v"); got != "three\n" {
+		t.Fatalf("container content after move: %q", got)
+	}
+	c.OK("snapshot", "restore", "beta:s1", "second", "--stateful", "--force")
+	if got := c.OK("exec", "beta:s1", "--", "cat", "/root/v"); got != "two\n" {
+		t.Fatalf("after stateful restore on the target: %q", got)
+	}
+	c.OK("snapshot", "restore", "beta:s1", "first", "--force")
+	if got := c.OK("exec", "beta:s1", "--", "cat", "/root/v"); got != "one\n" {
+		t.Fatalf("after disk restore on the target: %q", got)
+	}
+	// And back, leaving the snapshots behind on purpose.
+	c.OK("move", "beta:s1", "alpha:", "--instance-only")
+	if list := c.OK("snapshot", "list", "alpha:s1", "--format", "csv"); strings.Contains(list, "first") {
+		t.Fatalf("--instance-only moved snapshots:\n%s", list)
+	}
+}
