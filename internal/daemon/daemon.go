@@ -216,7 +216,8 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 	if err := d.cgParent.Destroy(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf")} {
+	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
+		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate")} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)
@@ -237,11 +238,14 @@ func (d *Daemon) setBusy(name, status string) func() {
 	d.mu.Lock()
 	d.busy[name] = status
 	d.mu.Unlock()
-	return func() {
-		d.mu.Lock()
-		delete(d.busy, name)
-		d.mu.Unlock()
-	}
+	return func() { d.clearBusy(name) }
+}
+
+// clearBusy ends an instance's busy status.
+func (d *Daemon) clearBusy(name string) {
+	d.mu.Lock()
+	delete(d.busy, name)
+	d.mu.Unlock()
 }
 
 // lockInstance takes an instance's lock for an action.

@@ -37,6 +37,13 @@ func (d *Daemon) migrationDir(name string) string {
 	return filepath.Join(d.cfg.RunDir, "migrate", name)
 }
 
+// migrateWorkDir is where CRIU writes a migration's logs (dump.log on the
+// source, restore.log and lazy-pages.log on the target), kept until the
+// next migration of the instance, like the snapshot logs beside it.
+func (c *Config) migrateWorkDir(name string) string {
+	return filepath.Join(c.RunDir, "criu", name, "migrate")
+}
+
 // dropMigrationDir removes a migration's files, or with KeepMigrationFiles
 // moves them to RUN/migrate-kept/NAME-TIME for inspection.
 func (d *Daemon) dropMigrationDir(name string) {

@@ -88,6 +88,8 @@ type outgoing struct {
 	committed bool
 	// linkDown: the source container's host veth is down (network lock).
 	linkDown bool
+	// downSince is when a cold move stopped the container.
+	downSince time.Time
 }
 
 func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name string, peer state.Peer, req api.InstanceMigratePost) (err error) {
@@ -114,11 +116,14 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 
 	wasRunning := d.liveOf(name) != nil
 	if wasRunning && !req.Live && !req.Copy {
-		// Cold move: stop first; a failure starts it again here.
+		// Cold move: stop first; a failure starts it again here. The
+		// downtime runs from here until it runs on the target.
 		op.SetMetadata(map[string]any{"phase": "stop"})
+		m.downSince = time.Now()
 		if err := d.stopLocked(ctx, name, false, d.cfg.StopTimeout); err != nil {
 			return err
 		}
+		m.timing.SuspendDump = migration.Seconds(time.Since(m.downSince))
 		defer func() {
 			if err != nil && !m.committed {
 				if serr := d.startLocked(context.WithoutCancel(ctx), name); serr != nil {
@@ -197,8 +202,13 @@ func (m *outgoing) cold(ctx context.Context, freeze bool) error {
 	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
 		return err
 	}
-	if _, err := m.sess.Expect(ctx, migration.MsgResumed); err != nil {
+	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
+	if err != nil {
 		return err
+	}
+	m.timing.UndumpResume = resumed.RestoreSeconds
+	if !m.downSince.IsZero() {
+		m.timing.FrozenTotal = migration.Seconds(time.Since(m.downSince))
 	}
 	return m.commit(ctx)
 }
@@ -216,7 +226,8 @@ func (m *outgoing) live(ctx context.Context) error {
 
 	dir := d.migrationDir(m.name)
 	_ = os.RemoveAll(dir)
-	images, work := filepath.Join(dir, "images"), filepath.Join(dir, "work")
+	images, work := filepath.Join(dir, "images"), d.cfg.migrateWorkDir(m.name)
+	_ = os.RemoveAll(work)
 	defer d.dropMigrationDir(m.name)
 	lazy := m.req.Memory == migration.MemoryLazy
 
@@ -245,8 +256,11 @@ func (m *outgoing) live(ctx context.Context) error {
 		n, err := m.sendDisk(ctx, true)
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
+	tck := time.Now()
 	dump, err := m.checkpoint(ctx, images, work, lazy)
+	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
+	d.log.Debug("migration source: final disk", "name", m.name, "took", disk.d)
 	if err != nil {
 		return err
 	}

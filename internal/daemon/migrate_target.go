@@ -101,8 +101,14 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	defer d.setBusy(name, StatusMigrating)()
+	// Once the container runs here it is an ordinary instance: release
+	// it at once, not after the migration's cleanup.
+	release := sync.OnceFunc(func() {
+		d.clearBusy(name)
+		unlock()
+	})
+	defer release()
+	d.setBusy(name, StatusMigrating)
 
 	r := revert.New()
 	defer r.Fail()
@@ -116,9 +122,12 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		pagesDone: map[string]error{}, pagesChanged: make(chan struct{})}
 	dir := d.migrationDir(name)
 	_ = os.RemoveAll(dir)
-	m.images, m.work = filepath.Join(dir, "images"), filepath.Join(dir, "work")
-	if err := os.MkdirAll(m.images, 0o700); err != nil {
-		return err
+	m.images, m.work = filepath.Join(dir, "images"), d.cfg.migrateWorkDir(name)
+	_ = os.RemoveAll(m.work)
+	for _, p := range []string{m.images, m.work} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return err
+		}
 	}
 	m.pageSink = &imgstream.DirSink{Dir: m.images}
 	defer d.dropMigrationDir(name)
@@ -163,6 +172,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 				return err
 			}
 			// From here the container lives on this host.
+			release()
 			return m.finish(ctx)
 		case migration.MsgError:
 			return fmt.Errorf("%w: %s", migration.ErrRemote, msg.Error)
@@ -375,12 +385,13 @@ func (m *incoming) start(ctx context.Context, r *revert.Reverter) error {
 	if len(m.received) == 0 {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
+	t0 := time.Now()
 	vol := containerVolume(m.name)
 	if err := d.storage.CloneVolume(ctx, vol, m.received[len(m.received)-1], false); err != nil {
 		return fmt.Errorf("create root filesystem: %w", err)
 	}
 	r.Add(func() { _ = d.storage.DeleteVolume(context.Background(), vol) })
-	t0 := time.Now()
+	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	switch {
 	case m.hello.Live:
 		if err := m.restore(ctx); err != nil {
@@ -419,7 +430,12 @@ func (m *incoming) restore(ctx context.Context) error {
 		}
 		m.lazy = lp
 	}
+	t0 := time.Now()
+	defer func() { d.log.Debug("migration target: restore", "name", m.name, "took", time.Since(t0)) }()
 	err := d.launchPrepared(ctx, m.prep, func(bundle, logPath string) (runtime.Process, error) {
+		defer func() {
+			d.log.Debug("migration target: runc restore returned", "name", m.name, "after", time.Since(t0))
+		}()
 		return d.rt.Restore(ctx, m.name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,

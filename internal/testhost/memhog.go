@@ -33,14 +33,17 @@ int main(int argc, char **argv) {
 `
 
 // BuildMemhog compiles memhog (gcc -static) into the file dst.
-func BuildMemhog(dst string) error {
-	dir, err := os.MkdirTemp("", "memhog-")
+func BuildMemhog(dst string) error { return buildStatic("memhog", memhogSource, dst) }
+
+// buildStatic compiles a C program (gcc -static) into the file dst.
+func buildStatic(name, source, dst string) error {
+	dir, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "memhog.c")
-	if err := os.WriteFile(src, []byte(memhogSource), 0o644); err != nil {
+	src := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -48,7 +51,7 @@ func BuildMemhog(dst string) error {
 	}
 	out, err := exec.Command("gcc", "-static", "-O2", "-o", dst, src).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("gcc memhog: %w: %s", err, out)
+		return fmt.Errorf("gcc %s: %w: %s", name, err, out)
 	}
 	return nil
 }
@@ -63,17 +66,23 @@ func (h *Host) ContainerPath(name string) string {
 	return filepath.Join(h.PoolPath(), "containers", name)
 }
 
+// Install copies a program into a container's /bin.
+func (h *Host) Install(name, program string) {
+	h.t.Helper()
+	b, err := os.ReadFile(program)
+	if err != nil {
+		h.t.Fatalf("%v", err)
+	}
+	if err := os.WriteFile(filepath.Join(h.ContainerPath(name), "bin", filepath.Base(program)), b, 0o755); err != nil {
+		h.t.Fatalf("%v", err)
+	}
+}
+
 // StartMemhog copies memhog into a running container and starts it in the
 // background holding mib MiB, and waits until its memory is filled.
 func (h *Host) StartMemhog(name, memhog string, mib int) {
 	h.t.Helper()
-	b, err := os.ReadFile(memhog)
-	if err != nil {
-		h.t.Fatalf("%v", err)
-	}
-	if err := os.WriteFile(filepath.Join(h.ContainerPath(name), "bin", "memhog"), b, 0o755); err != nil {
-		h.t.Fatalf("%v", err)
-	}
+	h.Install(name, memhog)
 	// exec waits for its command's output pipes: the background process
 	// gets its own session and no inherited descriptors.
 	h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("rm -f /tmp/memhog.ready; setsid memhog %d /tmp/memhog.ready </dev/null >/dev/null 2>&1 &", mib))

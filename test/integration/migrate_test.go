@@ -320,3 +320,47 @@ func TestMoveWithSnapshots(t *testing.T) {
 		t.Fatalf("--instance-only moved snapshots:\n%s", list)
 	}
 }
+
+// TestMigrationCRIURefuses moves a container CRIU cannot checkpoint (a
+// process stopped under its parent's ptrace): the move fails with CRIU's
+// reason and the container keeps running untouched on the source.
+func TestMigrationCRIURefuses(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "undumpable")
+	if err := testhost.BuildUndumpable(prog); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t)
+	c.OK("launch", "busybox", "alpha:u1")
+	c.Host("alpha").Install("u1", prog)
+	c.OK("exec", "alpha:u1", "--", "sh", "-c", "setsid undumpable </dev/null >/dev/null 2>&1 &")
+	c.OK("exec", "alpha:u1", "--", "sh", "-c", "while [ ! -e /tmp/undumpable.ready ]; do usleep 50000; done")
+	pid := instanceOn(t, c, "alpha:u1").PID
+	for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+		r := c.Vessel("move", "alpha:u1", "beta:", "--live", "--memory", mode)
+		if r.Code == 0 {
+			t.Fatalf("%s: move of an undumpable container succeeded", mode)
+		}
+		if !strings.Contains(r.Stderr, "checkpoint") || !strings.Contains(r.Stderr, "criu") {
+			t.Errorf("%s: error does not carry CRIU's reason:\n%s", mode, r.Stderr)
+		}
+		t.Logf("%s: %s", mode, firstLines(r.Stderr, 6))
+		inst := instanceOn(t, c, "alpha:u1")
+		if inst.Status != api.StatusRunning || inst.PID != pid {
+			t.Fatalf("%s: source container after refused move: %+v (pid was %d)", mode, inst, pid)
+		}
+		if got := c.OK("exec", "alpha:u1", "--", "echo", "alive"); got != "alive\n" {
+			t.Fatalf("%s: exec after refused move: %q", mode, got)
+		}
+		if _, ok := listOn(t, c, "beta")["u1"]; ok {
+			t.Fatalf("%s: target still lists u1", mode)
+		}
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}

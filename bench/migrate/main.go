@@ -1,0 +1,166 @@
+// Command migrate measures live migration between two test hosts on this
+// machine (testhost.Cluster): for containers of several memory sizes, with
+// memory being rewritten all the time, it moves each back and forth
+// several times in every mode — cold (stop, move, start), live with
+// --memory=copy (the in-run baseline: all memory copied while frozen) and
+// live post-copy (lazy) — and records vessel's own per-phase report and
+// the largest pause seen by a heartbeat inside the container. It prints
+// JSON with medians.
+//
+//	go run ./bench/migrate -n 3 -sizes 0,512,2048
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vesselhost/vessel/bench/internal/benchutil"
+	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+// Case is one (size, mode) series.
+type Case struct {
+	SizeMiB        int                `json:"size_mib"`
+	Mode           string             `json:"mode"`
+	Moves          int                `json:"moves"`
+	FrozenMs       benchutil.Stats    `json:"frozen_ms"`
+	HeartbeatGapMs benchutil.Stats    `json:"heartbeat_gap_ms,omitzero"`
+	TotalMs        benchutil.Stats    `json:"total_ms"`
+	SuspendDumpMs  benchutil.Stats    `json:"suspend_dump_ms"`
+	UndumpResumeMs benchutil.Stats    `json:"undump_resume_ms"`
+	PostcopyMs     benchutil.Stats    `json:"postcopy_ms,omitzero"`
+	PrecopyPasses  benchutil.Stats    `json:"precopy_iterations"`
+	DumpMiB        benchutil.Stats    `json:"copy_dump_mib"`
+	Timings        []migration.Timing `json:"timings"`
+}
+
+// Result is the benchmark's JSON output.
+type Result struct {
+	Benchmark    string             `json:"benchmark"`
+	Machine      benchutil.Machine  `json:"machine"`
+	DirtyRateMiB int                `json:"dirty_rate_mib_per_s"`
+	Cases        []Case             `json:"cases"`
+	Ratios       map[string]float64 `json:"ratios"`
+	Reference    map[string]float64 `json:"reference"`
+}
+
+func main() {
+	n := flag.Int("n", 3, "moves per size and mode (alternating directions)")
+	sizesFlag := flag.String("sizes", "0,512,2048", "container memory sizes in MiB (0: idle)")
+	modesFlag := flag.String("modes", "cold,copy,lazy", "modes to measure")
+	rate := flag.Int("rate", 64, "MiB/s of memory rewritten by the workload")
+	out := flag.String("o", "", "write JSON here as well as to stdout")
+	flag.Parse()
+
+	r := testhost.NewRunner()
+	defer r.Close()
+	bin, err := testhost.Build()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(bin) })
+	beat := filepath.Join(bin, "beat")
+	if err := testhost.BuildBeat(beat); err != nil {
+		r.Fatalf("%v", err)
+	}
+	c := testhost.NewCluster(r, bin, testhost.ClusterOptions{StorageSizeMiB: 4096})
+
+	res := Result{Benchmark: "migrate", Machine: benchutil.ThisMachine(), DirtyRateMiB: *rate,
+		Ratios: map[string]float64{}, Reference: map[string]float64{
+			"incus_6.0.4_frozen_ms": 430, "incus_6.0.4_wall_ms": 1430, "openvz_best_frozen_ms": 1380,
+		}}
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			r.Fatalf("bad size %q", s)
+		}
+		name := fmt.Sprintf("mig%d", size)
+		c.OK("launch", "busybox", "alpha:"+name)
+		at := "alpha"
+		startBeat(r, c, at, name, beat, size, *rate)
+		for _, mode := range strings.Split(*modesFlag, ",") {
+			cs := Case{SizeMiB: size, Mode: mode}
+			var frozen, gap, total, sd, ur, post, passes, dump []float64
+			for i := 0; i < *n; i++ {
+				to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
+				args := []string{"move", at + ":" + name, to + ":", "--format", "json"}
+				if mode != "cold" {
+					args = append(args, "--live", "--memory", mode)
+					c.OK("exec", at+":"+name, "--", "touch", "/tmp/beat.reset")
+					time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
+				}
+				var t migration.Timing
+				if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
+					r.Fatalf("timing: %v", err)
+				}
+				at = to
+				if mode == "cold" {
+					startBeat(r, c, at, name, beat, size, *rate) // a cold move restarts it
+				} else {
+					time.Sleep(200 * time.Millisecond)
+					us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", at+":"+name, "--", "cat", "/tmp/beat.max")))
+					gap = append(gap, float64(us)/1000)
+				}
+				cs.Timings = append(cs.Timings, t)
+				frozen = append(frozen, t.FrozenTotal*1000)
+				total = append(total, t.Total*1000)
+				sd = append(sd, t.SuspendDump*1000)
+				ur = append(ur, t.UndumpResume*1000)
+				post = append(post, t.Postcopy*1000)
+				passes = append(passes, float64(t.PrecopyIterations))
+				dump = append(dump, float64(t.DumpBytes)/(1<<20))
+				fmt.Fprintf(os.Stderr, "size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
+					size, mode, i, t.FrozenTotal*1000, lastOr(gap, mode), t.Total*1000)
+			}
+			cs.Moves = *n
+			cs.FrozenMs, cs.TotalMs = benchutil.Summarise(frozen), benchutil.Summarise(total)
+			cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sd), benchutil.Summarise(ur)
+			cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(passes), benchutil.Summarise(dump)
+			if mode == migration.MemoryLazy {
+				cs.PostcopyMs = benchutil.Summarise(post)
+			}
+			if len(gap) > 0 {
+				cs.HeartbeatGapMs = benchutil.Summarise(gap)
+			}
+			res.Cases = append(res.Cases, cs)
+		}
+		c.OK("delete", "--force", at+":"+name)
+	}
+	// Post-copy against the in-run baseline (copy), per size.
+	for _, a := range res.Cases {
+		for _, b := range res.Cases {
+			if a.SizeMiB == b.SizeMiB && a.Mode == migration.MemoryLazy && b.Mode == migration.MemoryCopy {
+				res.Ratios[fmt.Sprintf("lazy_vs_copy_frozen_%dmib", a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
+			}
+		}
+	}
+	_ = benchutil.WriteJSON(os.Stdout, res)
+	if *out != "" {
+		if f, err := os.Create(*out); err == nil {
+			_ = benchutil.WriteJSON(f, res)
+			f.Close()
+		}
+	}
+}
+
+func lastOr(v []float64, mode string) string {
+	if mode == "cold" || len(v) == 0 {
+		return "n/a (restarted)"
+	}
+	return fmt.Sprintf("%.0f ms", v[len(v)-1])
+}
+
+// startBeat installs and starts the heartbeat workload in the container.
+func startBeat(r *testhost.Runner, c *testhost.Cluster, host, name, beat string, mib, rate int) {
+	c.Host(host).Install(name, beat)
+	c.OK("exec", host+":"+name, "--", "sh", "-c",
+		fmt.Sprintf("rm -f /tmp/beat.ready; setsid beat %d %d </dev/null >/dev/null 2>&1 &", mib, rate))
+	c.OK("exec", host+":"+name, "--", "sh", "-c", "while [ ! -e /tmp/beat.ready ]; do usleep 50000; done")
+}
