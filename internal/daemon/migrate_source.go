@@ -55,7 +55,9 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if req.Live && d.liveOf(name) == nil {
 		return nil, errorf(ErrConflict, "instance %q is not running: a live move needs a running container", name)
 	}
-	if _, ok := d.storage.(storage.Sender); !ok {
+	_, sends := d.storage.(storage.Sender)
+	_, syncs := d.storage.(storage.TreeSyncer)
+	if !sends && !syncs {
 		return nil, errorf(ErrConflict, "the %s storage driver cannot send volumes to another host", d.storage.Info().Name)
 	}
 	desc := "Moving instance"
@@ -82,6 +84,9 @@ type outgoing struct {
 	base *storage.Volume
 	// pageBytes counts memory pages streamed during a copy-mode dump.
 	pageBytes atomic.Int64
+	// passes and manifest track tree-sync passes (dir driver).
+	passes   int
+	manifest storage.Manifest
 	// frozen is set while the source container is frozen by the migration.
 	frozen bool
 	// committed: the container runs on the target; the source copy is gone.
@@ -359,7 +364,7 @@ func (m *outgoing) awaitResumed(ctx context.Context) error {
 // container's disk then moves as a difference too.
 func (m *outgoing) sendSnapshots(ctx context.Context, snaps []state.Snapshot) error {
 	d := m.d
-	sender := d.storage.(storage.Sender)
+	sender, sends := d.storage.(storage.Sender)
 	var prev *storage.Volume
 	for i, s := range snaps {
 		m.op.SetMetadata(map[string]any{"phase": "snapshots", "snapshot": s.Name, "iteration": i})
@@ -377,7 +382,11 @@ func (m *outgoing) sendSnapshots(ctx context.Context, snaps []state.Snapshot) er
 		if err != nil {
 			return err
 		}
-		err = sender.SendVolume(ctx, vol, prev, st)
+		if sends {
+			err = sender.SendVolume(ctx, vol, prev, st)
+		} else {
+			_, err = d.storage.(storage.TreeSyncer).SyncVolume(ctx, vol, nil, st)
+		}
 		st.Close()
 		if err != nil {
 			return fmt.Errorf("send snapshot %s: %w", s.Name, err)
@@ -396,7 +405,9 @@ func (m *outgoing) sendSnapshots(ctx context.Context, snaps []state.Snapshot) er
 		if _, err := m.sess.Expect(ctx, migration.MsgSnapshotOK); err != nil {
 			return fmt.Errorf("target could not store snapshot %s: %w", s.Name, err)
 		}
-		prev = &vol
+		if sends {
+			prev = &vol
+		}
 	}
 	m.base = prev
 	return nil
@@ -422,9 +433,47 @@ func (m *outgoing) precopy(ctx context.Context) error {
 	return nil
 }
 
-// sendDisk snapshots the container volume, sends it (as the difference from
-// the previous snapshot, if any) and waits until the target has it on disk.
+// sendDisk sends the container's disk, or what changed since the previous
+// pass, and waits until the target has it on disk.
 func (m *outgoing) sendDisk(ctx context.Context, final bool) (int64, error) {
+	if _, ok := m.d.storage.(storage.Sender); !ok {
+		return m.syncTree(ctx, final)
+	}
+	return m.sendSnapshotDisk(ctx, final)
+}
+
+// syncTree is a pass of a driver without send streams (dir): the live
+// tree's changed entries since the previous pass, rsync-style, straight
+// into the target's container volume.
+func (m *outgoing) syncTree(ctx context.Context, final bool) (int64, error) {
+	i := m.passes
+	m.passes++
+	if err := m.sess.Send(migration.Message{Type: migration.MsgDisk, Iteration: i, Final: final}); err != nil {
+		return 0, err
+	}
+	st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamDisk})
+	if err != nil {
+		return 0, err
+	}
+	p := startProgress(m.op, map[string]any{"phase": map[bool]string{false: "precopy", true: "final disk"}[final], "iteration": i, "bytes": 0})
+	man, serr := m.d.storage.(storage.TreeSyncer).SyncVolume(ctx, containerVolume(m.name), m.manifest, io.MultiWriter(st, p))
+	st.Close()
+	p.end()
+	if serr != nil {
+		return 0, fmt.Errorf("send disk: %w", serr)
+	}
+	m.manifest = man
+	ack, err := m.sess.Expect(ctx, migration.MsgDiskSynced)
+	if err != nil {
+		return 0, fmt.Errorf("target could not store the disk: %w", err)
+	}
+	return ack.Bytes, nil
+}
+
+// sendSnapshotDisk snapshots the container volume, sends it (as the
+// difference from the previous snapshot, if any) and waits until the
+// target has it on disk.
+func (m *outgoing) sendSnapshotDisk(ctx context.Context, final bool) (int64, error) {
 	d := m.d
 	i := len(m.snaps)
 	snap := migrateSnapshot(m.name, i)

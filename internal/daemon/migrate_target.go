@@ -69,6 +69,9 @@ type incoming struct {
 	// prep is the live restore's preparation (network, bundle), made
 	// before the source freezes.
 	prep *prepared
+	// treeVolume: tree-sync passes (dir driver) fill the container volume
+	// directly.
+	treeVolume bool
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -93,9 +96,13 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := ValidateName("instance", name); err != nil {
 		return err
 	}
-	recv, ok := d.storage.(storage.Receiver)
-	if !ok || hello.Storage != d.storage.Info().Name {
+	if hello.Storage != d.storage.Info().Name {
 		return errorf(ErrConflict, "cannot receive a %s volume on the %s storage driver", hello.Storage, d.storage.Info().Name)
+	}
+	recv, _ := d.storage.(storage.Receiver)
+	syncer, _ := d.storage.(storage.TreeSyncer)
+	if recv == nil && syncer == nil {
+		return errorf(ErrConflict, "the %s storage driver cannot receive volumes", d.storage.Info().Name)
 	}
 	unlock, err := d.lockInstance(ctx, name)
 	if err != nil {
@@ -153,7 +160,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 			if err := m.injectFault(faultRecvDisk); err != nil {
 				return err
 			}
-			if err := m.receiveDisk(ctx, recv, msg); err != nil {
+			if err := m.receiveDisk(ctx, recv, syncer, msg, r); err != nil {
 				return err
 			}
 		case migration.MsgImages:
@@ -161,7 +168,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 				return err
 			}
 		case migration.MsgSnapshot:
-			if err := m.receiveSnapshot(ctx, recv, msg, r); err != nil {
+			if err := m.receiveSnapshot(ctx, recv, syncer, msg, r); err != nil {
 				return err
 			}
 		case migration.MsgStart:
@@ -211,23 +218,38 @@ func (d *Daemon) reserve(inst *state.Instance, keepAddress bool) error {
 // receiveDisk stores one disk stream and makes it durable before it
 // acknowledges: the source freezes only after everything sent so far is on
 // this host's disk.
-func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, msg migration.Message) error {
+func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer, msg migration.Message, r *revert.Reverter) error {
 	st, err := m.nextStream(ctx, m.diskCh)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	vol := storage.Volume{Type: storage.VolumeSnapshot, Name: m.name + "/" + msg.Snapshot}
 	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration})
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
-	err = recv.ReceiveVolume(ctx, vol, cr)
+	if msg.Snapshot != "" && recv != nil {
+		vol := storage.Volume{Type: storage.VolumeSnapshot, Name: m.name + "/" + msg.Snapshot}
+		err = recv.ReceiveVolume(ctx, vol, cr)
+		if err == nil {
+			m.received = append(m.received, vol)
+			err = recv.Sync(ctx)
+		}
+	} else if syncer != nil {
+		// A tree-sync pass goes straight into the container volume.
+		vol := containerVolume(m.name)
+		if !m.treeVolume {
+			m.treeVolume = true
+			r.Add(func() { _ = m.d.storage.DeleteVolume(context.Background(), vol) })
+		}
+		err = syncer.ApplySync(ctx, vol, cr)
+		if err == nil {
+			err = syncer.Sync(ctx)
+		}
+	} else {
+		err = fmt.Errorf("%w: a tree-sync pass for a snapshot driver", migration.ErrProtocol)
+	}
 	p.end()
 	if err != nil {
 		return fmt.Errorf("receive disk: %w", err)
-	}
-	m.received = append(m.received, vol)
-	if err := recv.Sync(ctx); err != nil {
-		return fmt.Errorf("sync received disk: %w", err)
 	}
 	return m.sess.Send(migration.Message{Type: migration.MsgDiskSynced, Iteration: msg.Iteration, Bytes: cr.N})
 }
@@ -330,7 +352,7 @@ func (m *incoming) waitPages(ctx context.Context, names []string) error {
 // receiveSnapshot stores one of the instance's snapshots: its disk (as the
 // difference from the snapshot before), its checkpoint if stateful, and
 // its record. A failed migration removes it again (r).
-func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, msg migration.Message, r *revert.Reverter) error {
+func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer, msg migration.Message, r *revert.Reverter) error {
 	d, rec := m.d, msg.Record
 	if rec == nil {
 		return fmt.Errorf("%w: snapshot without a record", migration.ErrProtocol)
@@ -344,7 +366,11 @@ func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, m
 	if err != nil {
 		return err
 	}
-	err = recv.ReceiveVolume(ctx, vol, st)
+	if recv != nil {
+		err = recv.ReceiveVolume(ctx, vol, st)
+	} else {
+		err = syncer.ApplySync(ctx, vol, st)
+	}
 	st.Close()
 	if err != nil {
 		return fmt.Errorf("receive snapshot %s: %w", rec.Name, err)
@@ -366,7 +392,7 @@ func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, m
 			return fmt.Errorf("receive checkpoint of snapshot %s: %w", rec.Name, err)
 		}
 	}
-	if err := recv.Sync(ctx); err != nil {
+	if err := syncPool(ctx, recv, syncer); err != nil {
 		return err
 	}
 	if err := d.state.CreateSnapshot(state.Snapshot{Instance: m.name, Name: rec.Name, Created: rec.Created,
@@ -382,15 +408,17 @@ func (m *incoming) receiveSnapshot(ctx context.Context, recv storage.Receiver, m
 // runs it: a CRIU restore after a live move, a start after a cold one.
 func (m *incoming) start(ctx context.Context, r *revert.Reverter) error {
 	d := m.d
-	if len(m.received) == 0 {
+	if len(m.received) == 0 && !m.treeVolume {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
 	t0 := time.Now()
-	vol := containerVolume(m.name)
-	if err := d.storage.CloneVolume(ctx, vol, m.received[len(m.received)-1], false); err != nil {
-		return fmt.Errorf("create root filesystem: %w", err)
+	if !m.treeVolume {
+		vol := containerVolume(m.name)
+		if err := d.storage.CloneVolume(ctx, vol, m.received[len(m.received)-1], false); err != nil {
+			return fmt.Errorf("create root filesystem: %w", err)
+		}
+		r.Add(func() { _ = d.storage.DeleteVolume(context.Background(), vol) })
 	}
-	r.Add(func() { _ = d.storage.DeleteVolume(context.Background(), vol) })
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	switch {
 	case m.hello.Live:
@@ -535,4 +563,13 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// syncPool makes received data durable with whichever interface the driver
+// has.
+func syncPool(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer) error {
+	if recv != nil {
+		return recv.Sync(ctx)
+	}
+	return syncer.Sync(ctx)
 }

@@ -154,3 +154,33 @@ type Receiver interface {
 	// Sync makes everything written to the pool durable (syncfs).
 	Sync(ctx context.Context) error
 }
+
+// Manifest records what a tree sync pass sent: each entry's path (relative
+// to the volume root) and a stamp of its inode (type, size, times); a
+// later pass sends only entries whose stamp changed.
+type Manifest map[string]Stamp
+
+// Stamp is an entry's inode state as a tree sync compares it. The change
+// time moves on every write and metadata change, so a changed file is
+// always noticed.
+type Stamp struct {
+	Mode    uint32
+	Size    int64
+	MtimeNs int64
+	CtimeNs int64
+	Ino     uint64
+}
+
+// TreeSyncer is implemented by drivers without send streams (dir): a
+// volume moves in rsync-style passes over its live tree. Callers find it by
+// type assertion.
+type TreeSyncer interface {
+	// SyncVolume writes to w the entries of vol that differ from prev (all
+	// of them when prev is nil) and the paths deleted since prev, as a
+	// tar stream, and returns the new manifest.
+	SyncVolume(ctx context.Context, vol Volume, prev Manifest, w io.Writer) (Manifest, error)
+	// ApplySync applies such a stream to vol, creating it if missing.
+	ApplySync(ctx context.Context, vol Volume, r io.Reader) error
+	// Sync makes everything written to the pool durable.
+	Sync(ctx context.Context) error
+}

@@ -55,6 +55,8 @@ type ClusterSpec struct {
 	// SharedCLIConfig says CLIConfig is the user's own file: teardown
 	// removes only the cluster's remotes from it.
 	SharedCLIConfig bool `json:"shared_cli_config"`
+	// HostArgs are more vesseld flags for every host.
+	HostArgs []string `json:"host_args,omitempty"`
 }
 
 // ClusterOptions choose a cluster's names; zero values give a private
@@ -74,6 +76,8 @@ type ClusterOptions struct {
 	StorageSizeMiB int
 	// Detached: see ClusterSpec.
 	Detached bool
+	// HostArgs are more vesseld flags for every host.
+	HostArgs []string
 }
 
 // NewCluster builds the network, starts the hosts and introduces them to
@@ -87,7 +91,7 @@ func NewCluster(t T, bin string, o ClusterOptions) *Cluster {
 		t.Fatalf("at most 8 hosts")
 	}
 	id := randHex(3)
-	spec := ClusterSpec{Names: o.Names, StorageSizeMiB: o.StorageSizeMiB, Detached: o.Detached}
+	spec := ClusterSpec{Names: o.Names, StorageSizeMiB: o.StorageSizeMiB, Detached: o.Detached, HostArgs: o.HostArgs}
 	if o.Fixed {
 		spec.Segment = "vslseg0"
 		spec.Subnet = netip.MustParsePrefix("10.88.0.0/24")
@@ -219,10 +223,10 @@ func (c *Cluster) hostOptions(i int) Options {
 		CLIConfig:      s.CLIConfig,
 		Detached:       s.Detached,
 		StorageSizeMiB: s.StorageSizeMiB,
-		ExtraArgs: []string{
+		ExtraArgs: append([]string{
 			"--ip-pool", c.pool(i).String(), "--uplink", "uplink0", "--external-gateway",
 			"--listen", c.mgmtAddr(i).String() + ":8443",
-		},
+		}, s.HostArgs...),
 	}
 }
 

@@ -364,3 +364,32 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestLiveMigrationDirDriver moves a busy container between hosts on the
+// dir storage driver: rsync-style passes instead of btrfs streams.
+func TestLiveMigrationDirDriver(t *testing.T) {
+	c := testhost.NewCluster(t, binDir, testhost.ClusterOptions{HostArgs: []string{"--storage-driver", "dir"}})
+	if out := c.OK("storage", "info", "beta:"); !strings.Contains(out, "dir") {
+		t.Fatalf("storage info:\n%s", out)
+	}
+	c.OK("launch", "busybox", "alpha:d1")
+	c.OK("snapshot", "create", "alpha:d1", "snap1")
+	w := startWorkload(t, c, "alpha:d1")
+	for i, hop := range [][2]string{{"alpha", "beta"}, {"beta", "alpha"}, {"alpha", "beta"}} {
+		out := c.OK("move", hop[0]+":d1", hop[1]+":", "--live", "--format", "json")
+		var tm migration.Timing
+		if err := json.Unmarshal([]byte(out), &tm); err != nil {
+			t.Fatalf("move %d: %v\n%s", i, err, out)
+		}
+		t.Logf("move %d: frozen %.3fs, %d passes, %d bytes pre-copied", i, tm.FrozenTotal, tm.PrecopyIterations, tm.PrecopyBytes)
+		w.check(hop[1] + ":d1")
+	}
+	if list := c.OK("snapshot", "list", "beta:d1", "--format", "csv"); !strings.Contains(list, "snap1") {
+		t.Fatalf("snapshot did not move:\n%s", list)
+	}
+	// A cold move too.
+	c.OK("move", "beta:d1", "alpha:")
+	if got := c.OK("exec", "alpha:d1", "--", "sh", "-c", "head -n1 /root/log"); got != "line 1\n" {
+		t.Fatalf("file after cold move: %q", got)
+	}
+}
