@@ -49,13 +49,8 @@ func main() {
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
-	r := testhost.NewRunner()
+	r, bin := benchutil.Start()
 	defer r.Close()
-	bin, err := testhost.Build()
-	if err != nil {
-		r.Fatalf("%v", err)
-	}
-	r.Cleanup(func() { os.RemoveAll(bin) })
 	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 4096})
 
 	// Warm-up: the first launch unpacks the image into its volume.
@@ -107,14 +102,7 @@ func main() {
 	res.Ratios.StopDeleteVsRunc = benchutil.Ratio(res.Vessel.StopDeleteMs.Median, res.Runc.KillDeleteMs.Median)
 	res.Reference = map[string]float64{"incus_6.0.4_launch_ms": 212}
 
-	_ = benchutil.WriteJSON(os.Stdout, res)
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err == nil {
-			_ = benchutil.WriteJSON(f, res)
-			f.Close()
-		}
-	}
+	benchutil.Emit(r, res, *out)
 }
 
 // runcBench runs equivalent bundles with runc directly.

@@ -59,13 +59,8 @@ func main() {
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
-	r := testhost.NewRunner()
+	r, bin := benchutil.Start()
 	defer r.Close()
-	bin, err := testhost.Build()
-	if err != nil {
-		r.Fatalf("%v", err)
-	}
-	r.Cleanup(func() { os.RemoveAll(bin) })
 	beat := filepath.Join(bin, "beat")
 	if err := testhost.BuildBeat(beat); err != nil {
 		r.Fatalf("%v", err)
@@ -141,13 +136,7 @@ func main() {
 			}
 		}
 	}
-	_ = benchutil.WriteJSON(os.Stdout, res)
-	if *out != "" {
-		if f, err := os.Create(*out); err == nil {
-			_ = benchutil.WriteJSON(f, res)
-			f.Close()
-		}
-	}
+	benchutil.Emit(r, res, *out)
 }
 
 func lastOr(v []float64, mode string) string {

@@ -95,13 +95,8 @@ func main() {
 		sizes = append(sizes, v)
 	}
 
-	r := testhost.NewRunner()
+	r, bin := benchutil.Start()
 	defer r.Close()
-	bin, err := testhost.Build()
-	if err != nil {
-		r.Fatalf("%v", err)
-	}
-	r.Cleanup(func() { os.RemoveAll(bin) })
 	memhog := filepath.Join(bin, "memhog")
 	if err := testhost.BuildMemhog(memhog); err != nil {
 		r.Fatalf("%v", err)
@@ -141,13 +136,7 @@ func main() {
 		"incus_stateful_snapshot_ms": 357,
 		"incus_stateful_restore_ms":  949,
 	}
-	_ = benchutil.WriteJSON(os.Stdout, res)
-	if *out != "" {
-		if f, err := os.Create(*out); err == nil {
-			_ = benchutil.WriteJSON(f, res)
-			f.Close()
-		}
-	}
+	benchutil.Emit(r, res, *out)
 }
 
 type bench struct {
