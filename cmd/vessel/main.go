@@ -62,6 +62,7 @@ Every NAME may be written REMOTE:NAME to act on another host.`,
 		newDeleteCmd(g), newListCmd(g), newInfoCmd(g), newExecCmd(g),
 		newConsoleCmd(g), newImageCmd(g), newStorageCmd(g), newOperationCmd(g),
 		newRemoteCmd(g),
+		newConfigCmd(g),
 	)
 	return root
 }

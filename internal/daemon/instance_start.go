@@ -31,6 +31,16 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 	}
 	r.Add(func() { _ = d.net.Detach(bg, name) })
 
+	// The container's cgroup gets its limits before runc puts init in it.
+	r.Add(func() {
+		if cg, err := d.instanceCgroup(name); err == nil {
+			_ = cg.Destroy()
+		}
+	})
+	if err := d.applyLimits(ctx, name, inst.Config); err != nil {
+		return fmt.Errorf("limits of %s: %w", name, err)
+	}
+
 	spec, err := runtime.GenerateSpec(runtime.SpecOptions{
 		ID:          name,
 		Hostname:    name,

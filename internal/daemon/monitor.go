@@ -122,6 +122,11 @@ func (d *Daemon) reattach(ctx context.Context) error {
 		if err == nil && status == runtime.StatusRunning {
 			if _, err := d.track(inst.Name, runtime.Process{InitPid: pid}); err == nil {
 				d.log.Info("reattached running container", "name", inst.Name, "pid", pid)
+				// Limits are in the kernel already; writing them again
+				// repairs an update a crashed daemon left half-done.
+				if err := d.applyLimits(ctx, inst.Name, inst.Config); err != nil {
+					d.log.Warn("re-apply limits", "name", inst.Name, "err", err)
+				}
 				continue
 			}
 		}

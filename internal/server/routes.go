@@ -22,6 +22,7 @@ func (s *Server) routes() []route {
 		{"POST", "/1.0/instances", s.createInstance, nil},
 		{"GET", "/1.0/instances/{name}", s.getInstance, nil},
 		{"DELETE", "/1.0/instances/{name}", s.deleteInstance, nil},
+		{"PATCH", "/1.0/instances/{name}", s.patchInstance, nil},
 		{"PUT", "/1.0/instances/{name}/state", s.putInstanceState, nil},
 		{"GET", "/1.0/instances/{name}/exec", nil, s.execInstance},
 		{"GET", "/1.0/instances/{name}/logs", nil, s.instanceLogs},
@@ -35,5 +36,6 @@ func (s *Server) routes() []route {
 		{"GET", "/1.0/operations/{id}/wait", s.waitOperation, nil},
 		{"DELETE", "/1.0/operations/{id}", s.cancelOperation, nil},
 		{"GET", "/1.0/storage", s.getStorage, nil},
+		{"GET", "/1.0/metrics", nil, s.metrics},
 	}
 }

@@ -227,6 +227,14 @@ func (h *Host) RestartDaemon() {
 	h.Start()
 }
 
+// RestartWith restarts vesseld with other extra flags (containers keep
+// running); they stay in effect for later restarts.
+func (h *Host) RestartWith(extraArgs ...string) {
+	h.t.Helper()
+	h.opts.ExtraArgs = extraArgs
+	h.RestartDaemon()
+}
+
 func (h *Host) Log() string {
 	b, _ := os.ReadFile(h.logPath)
 	if len(b) > 8000 {
