@@ -1,0 +1,215 @@
+// Command bootstorm starts N containers, C at a time, and measures the time
+// from each start request to its init running (the start operation's end:
+// runc has reported init's pid), and the whole storm's time. Every started
+// container spins a CPU hog from boot, so the host fills up as the storm
+// goes on: the question is whether the per-container time stays flat.
+// The same storm runs with vesseld's control cgroup weight on (default)
+// and off (--control-cpu-weight=0), alternating over rounds, in one run
+// against the same containers. It prints JSON.
+//
+//	go run ./bench/bootstorm -n 100 -c 25 -rounds 2
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/vesselhost/vessel/bench/internal/benchutil"
+	"github.com/vesselhost/vessel/bench/internal/load"
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+// Storm is one boot storm.
+type Storm struct {
+	ControlWeight string `json:"control_weight"`
+	// StartMs is the per-container time from request to init running.
+	StartMs benchutil.Stats `json:"start_ms"`
+	// ByQuarter is the median start time of each quarter of the storm, in
+	// start order: flat means the host's filling up does not slow starts.
+	ByQuarterMs []float64 `json:"median_start_ms_by_quarter"`
+	// LastVsFirstQuarter is the last quarter's median over the first's.
+	LastVsFirstQuarter float64 `json:"last_vs_first_quarter"`
+	TotalS             float64 `json:"total_s"`
+}
+
+// Mode pools the storms of one setting.
+type Mode struct {
+	StartMs            benchutil.Stats `json:"start_ms"`
+	ByQuarterMs        []float64       `json:"median_start_ms_by_quarter"`
+	LastVsFirstQuarter float64         `json:"last_vs_first_quarter"`
+	TotalS             benchutil.Stats `json:"total_s"`
+}
+
+// Result is the benchmark's JSON output.
+type Result struct {
+	Benchmark   string            `json:"benchmark"`
+	Machine     benchutil.Machine `json:"machine"`
+	Containers  int               `json:"containers"`
+	Concurrency int               `json:"concurrency"`
+	Rounds      int               `json:"rounds"`
+	Storms      []Storm           `json:"storms"`
+	WeightOn    Mode              `json:"control_weight_on"`
+	WeightOff   Mode              `json:"control_weight_off"`
+	Ratios      struct {
+		TotalOffVsOn  float64 `json:"total_off_vs_on"`
+		MedianOffVsOn float64 `json:"median_start_off_vs_on"`
+	} `json:"ratios"`
+}
+
+func main() {
+	n := flag.Int("n", 100, "containers to start")
+	conc := flag.Int("c", 25, "starts in flight at a time")
+	rounds := flag.Int("rounds", 2, "rounds of (weight on, weight off) storms")
+	out := flag.String("o", "", "write JSON here as well as to stdout")
+	flag.Parse()
+
+	r := benchutil.NewRunner()
+	defer r.Close()
+	bin, err := testhost.Build()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(bin) })
+	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 4096})
+	c := h.Client()
+
+	names := make([]string, *n)
+	for i := range names {
+		names[i] = fmt.Sprintf("b%d", i)
+	}
+	r.Logf("creating %d containers", *n)
+	if err := benchutil.Parallel(*n, 4, func(i int) error {
+		if err := wait(c.CreateInstance(context.Background(), api.InstancesPost{
+			Name: names[i], Source: api.InstanceSource{Type: "image", Image: "busybox"}})); err != nil {
+			return err
+		}
+		return load.Install(h, names[i], load.CPU)
+	}); err != nil {
+		r.Fatalf("%v", err)
+	}
+	if err := load.Set(h, names, true); err != nil {
+		r.Fatalf("%v", err)
+	}
+
+	res := Result{Benchmark: "bootstorm", Machine: benchutil.ThisMachine(), Containers: *n, Concurrency: *conc, Rounds: *rounds}
+	var on, off []Storm
+	for round := range *rounds {
+		order := []bool{true, false}
+		if round%2 == 1 {
+			order = []bool{false, true}
+		}
+		for _, weightOn := range order {
+			if weightOn {
+				h.RestartWith()
+			} else {
+				h.RestartWith("--control-cpu-weight=0")
+			}
+			s := storm(r, h.Client(), names, *conc)
+			if weightOn {
+				s.ControlWeight = "on (1000 vs 100)"
+				on = append(on, s)
+			} else {
+				s.ControlWeight = "off (100 vs 100)"
+				off = append(off, s)
+			}
+			r.Logf("storm, weight %s: total %.1f s, start median %.0f ms p99 %.0f ms, quarters %v",
+				s.ControlWeight, s.TotalS, s.StartMs.Median, s.StartMs.P99, s.ByQuarterMs)
+			res.Storms = append(res.Storms, s)
+			stopAll(r, h.Client(), names, *conc)
+		}
+	}
+	res.WeightOn, res.WeightOff = pool(on), pool(off)
+	res.Ratios.TotalOffVsOn = benchutil.Ratio(res.WeightOff.TotalS.Median, res.WeightOn.TotalS.Median)
+	res.Ratios.MedianOffVsOn = benchutil.Ratio(res.WeightOff.StartMs.Median, res.WeightOn.StartMs.Median)
+	h.RestartWith()
+	if err := load.Set(h, names, false); err != nil {
+		r.Errorf("%v", err)
+	}
+
+	_ = benchutil.WriteJSON(os.Stdout, res)
+	if *out != "" {
+		if f, err := os.Create(*out); err == nil {
+			_ = benchutil.WriteJSON(f, res)
+			f.Close()
+		}
+	}
+}
+
+func wait(op *client.Operation, err error) error {
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return op.Wait(ctx, nil)
+}
+
+// storm starts every container, conc at a time, in order.
+func storm(r *benchutil.Runner, c *client.Client, names []string, conc int) Storm {
+	durs := make([]float64, len(names))
+	t0 := time.Now()
+	// Parallel starts fn(i) in order of i as slots free up: start order.
+	err := benchutil.Parallel(len(names), conc, func(i int) error {
+		s := time.Now()
+		err := wait(c.UpdateInstanceState(context.Background(), names[i], api.InstanceStatePut{Action: api.ActionStart}))
+		durs[i] = benchutil.Ms(time.Since(s))
+		return err
+	})
+	if err != nil {
+		r.Fatalf("storm: %v", err)
+	}
+	s := Storm{StartMs: benchutil.Summarise(durs), TotalS: time.Since(t0).Seconds()}
+	s.ByQuarterMs = quarters(durs)
+	s.LastVsFirstQuarter = benchutil.Ratio(s.ByQuarterMs[3], s.ByQuarterMs[0])
+	s.TotalS = float64(int(s.TotalS*100+0.5)) / 100
+	return s
+}
+
+// quarters returns the median of each quarter of samples.
+func quarters(d []float64) []float64 {
+	out := make([]float64, 4)
+	for q := range 4 {
+		out[q] = benchutil.Summarise(d[q*len(d)/4 : (q+1)*len(d)/4]).Median
+	}
+	return out
+}
+
+// stopAll kills every container (not measured).
+func stopAll(r *benchutil.Runner, c *client.Client, names []string, conc int) {
+	if err := benchutil.Parallel(len(names), conc, func(i int) error {
+		return wait(c.UpdateInstanceState(context.Background(), names[i], api.InstanceStatePut{Action: api.ActionStop, Force: true}))
+	}); err != nil {
+		r.Fatalf("stop: %v", err)
+	}
+}
+
+// pool merges storms of one setting: per-container samples are not kept
+// across storms, so the start statistics are medians of the storms'.
+func pool(ss []Storm) Mode {
+	var m Mode
+	if len(ss) == 0 {
+		return m
+	}
+	var med, p90, p99, mx, mn, tot []float64
+	q := make([][]float64, 4)
+	for _, s := range ss {
+		med, p90, p99 = append(med, s.StartMs.Median), append(p90, s.StartMs.P90), append(p99, s.StartMs.P99)
+		mx, mn, tot = append(mx, s.StartMs.Max), append(mn, s.StartMs.Min), append(tot, s.TotalS)
+		for i := range 4 {
+			q[i] = append(q[i], s.ByQuarterMs[i])
+		}
+	}
+	mid := func(v []float64) float64 { return benchutil.Summarise(v).Median }
+	m.StartMs = benchutil.Stats{N: ss[0].StartMs.N * len(ss), Median: mid(med), P90: mid(p90), P99: mid(p99), Min: mid(mn), Max: mid(mx)}
+	for i := range 4 {
+		m.ByQuarterMs = append(m.ByQuarterMs, mid(q[i]))
+	}
+	m.LastVsFirstQuarter = benchutil.Ratio(m.ByQuarterMs[3], m.ByQuarterMs[0])
+	m.TotalS = benchutil.Summarise(tot)
+	return m
+}
