@@ -52,20 +52,13 @@ var configKeys = map[string]func(string) error{
 		}
 		return err
 	},
-	KeyProcesses: intRange(1, maxProcesses, ""),
-	KeyDiskRead:  checkRate,
-	KeyDiskWrite: checkRate,
-	KeyDiskReadOps: func(v string) error {
-		n, err := parseIOPS(v)
-		if err == nil && (n < 1 || n > maxIOPS) {
-			err = fmt.Errorf("must be between 1 and %d operations per second", maxIOPS)
-		}
-		return err
-	},
-	KeyDiskWeight: intRange(cgroups.MinDiskWeight, cgroups.MaxDiskWeight, "(default %d)", cgroups.DefaultDiskWeight),
+	KeyProcesses:    intRange(1, maxProcesses, ""),
+	KeyDiskRead:     checkRate,
+	KeyDiskWrite:    checkRate,
+	KeyDiskReadOps:  checkIOPS,
+	KeyDiskWriteOps: checkIOPS,
+	KeyDiskWeight:   intRange(cgroups.MinDiskWeight, cgroups.MaxDiskWeight, "(default %d)", cgroups.DefaultDiskWeight),
 }
-
-func init() { configKeys[KeyDiskWriteOps] = configKeys[KeyDiskReadOps] }
 
 // parseInt parses a whole number.
 func parseInt(s string) (int64, error) {
@@ -76,6 +69,14 @@ func checkRate(v string) error {
 	n, err := parseRate(v)
 	if err == nil && n < minRate {
 		err = fmt.Errorf("must be at least %s per second (e.g. 10MB, 20MiB/s)", formatSize(minRate))
+	}
+	return err
+}
+
+func checkIOPS(v string) error {
+	n, err := parseIOPS(v)
+	if err == nil && (n < 1 || n > maxIOPS) {
+		err = fmt.Errorf("must be between 1 and %d operations per second", maxIOPS)
 	}
 	return err
 }

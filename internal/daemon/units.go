@@ -13,8 +13,8 @@ import (
 //
 //   - sizes: a number with an optional unit, decimal (kB, MB, GB, TB: powers
 //     of 1000) or binary (KiB, MiB, GiB, TiB, and Docker's k, m, g, t:
-//     powers of 1024); no unit means bytes. Units are case-insensitive
-//     except that "b" alone is bytes. Fractions are allowed ("1.5GiB").
+//     powers of 1024); no unit (or "B") means bytes. Units are
+//     case-insensitive ("mb" is MB). Fractions are allowed ("1.5GiB").
 //   - rates: a size per second, "/s" optional ("10MB", "10MB/s").
 //   - operations per second: a whole number, "iops" optional ("100iops").
 //   - cores: a decimal number of CPUs ("0.5", "2").
