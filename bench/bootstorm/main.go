@@ -4,8 +4,9 @@
 // container spins a CPU hog from boot, so the host fills up as the storm
 // goes on: the question is whether the per-container time stays flat.
 // The same storm runs with vesseld's control cgroup weight on (default)
-// and off (--control-cpu-weight=0), alternating over rounds, in one run
-// against the same containers. It prints JSON.
+// and off (--control-cpu-weight=0), alternating over rounds, and, as the
+// baseline, on a host that stays idle (hogs off), in one run against the
+// same containers. It prints JSON.
 //
 //	go run ./bench/bootstorm -n 100 -c 25 -rounds 2
 package main
@@ -26,7 +27,7 @@ import (
 
 // Storm is one boot storm.
 type Storm struct {
-	ControlWeight string `json:"control_weight"`
+	Setting string `json:"setting"`
 	// StartMs is the per-container time from request to init running.
 	StartMs benchutil.Stats `json:"start_ms"`
 	// ByQuarter is the median start time of each quarter of the storm, in
@@ -53,11 +54,13 @@ type Result struct {
 	Concurrency int               `json:"concurrency"`
 	Rounds      int               `json:"rounds"`
 	Storms      []Storm           `json:"storms"`
+	Idle        Mode              `json:"idle_host"`
 	WeightOn    Mode              `json:"control_weight_on"`
 	WeightOff   Mode              `json:"control_weight_off"`
 	Ratios      struct {
-		TotalOffVsOn  float64 `json:"total_off_vs_on"`
-		MedianOffVsOn float64 `json:"median_start_off_vs_on"`
+		TotalOffVsOn   float64 `json:"total_off_vs_on"`
+		MedianOffVsOn  float64 `json:"median_start_off_vs_on"`
+		MedianOnVsIdle float64 `json:"median_start_on_vs_idle_host"`
 	} `json:"ratios"`
 }
 
@@ -92,41 +95,47 @@ func main() {
 	}); err != nil {
 		r.Fatalf("%v", err)
 	}
-	if err := load.Set(h, names, true); err != nil {
-		r.Fatalf("%v", err)
-	}
 
 	res := Result{Benchmark: "bootstorm", Machine: benchutil.ThisMachine(), Containers: *n, Concurrency: *conc, Rounds: *rounds}
-	var on, off []Storm
+	var idle, on, off []Storm
+	run := func(label string, weightOn, hogs bool) Storm {
+		if weightOn {
+			h.RestartWith()
+		} else {
+			h.RestartWith("--control-cpu-weight=0")
+		}
+		if err := load.Set(h, names, hogs); err != nil {
+			r.Fatalf("%v", err)
+		}
+		s := storm(r, h.Client(), names, *conc)
+		s.Setting = label
+		r.Logf("storm, %s: total %.1f s, start median %.0f ms p99 %.0f ms, quarters %v",
+			label, s.TotalS, s.StartMs.Median, s.StartMs.P99, s.ByQuarterMs)
+		res.Storms = append(res.Storms, s)
+		stopAll(r, h.Client(), names, *conc)
+		return s
+	}
 	for round := range *rounds {
+		// The baseline: the same storm on a host that stays idle.
+		idle = append(idle, run("idle host (no hogs), weight on", true, false))
+		// Alternate the order so that drift favours neither setting.
 		order := []bool{true, false}
 		if round%2 == 1 {
 			order = []bool{false, true}
 		}
 		for _, weightOn := range order {
 			if weightOn {
-				h.RestartWith()
+				on = append(on, run("hogs, control weight on (1000 vs 100)", true, true))
 			} else {
-				h.RestartWith("--control-cpu-weight=0")
+				off = append(off, run("hogs, control weight off (100 vs 100)", false, true))
 			}
-			s := storm(r, h.Client(), names, *conc)
-			if weightOn {
-				s.ControlWeight = "on (1000 vs 100)"
-				on = append(on, s)
-			} else {
-				s.ControlWeight = "off (100 vs 100)"
-				off = append(off, s)
-			}
-			r.Logf("storm, weight %s: total %.1f s, start median %.0f ms p99 %.0f ms, quarters %v",
-				s.ControlWeight, s.TotalS, s.StartMs.Median, s.StartMs.P99, s.ByQuarterMs)
-			res.Storms = append(res.Storms, s)
-			stopAll(r, h.Client(), names, *conc)
 		}
 	}
+	res.Idle = pool(idle)
 	res.WeightOn, res.WeightOff = pool(on), pool(off)
 	res.Ratios.TotalOffVsOn = benchutil.Ratio(res.WeightOff.TotalS.Median, res.WeightOn.TotalS.Median)
 	res.Ratios.MedianOffVsOn = benchutil.Ratio(res.WeightOff.StartMs.Median, res.WeightOn.StartMs.Median)
-	h.RestartWith()
+	res.Ratios.MedianOnVsIdle = benchutil.Ratio(res.WeightOn.StartMs.Median, res.Idle.StartMs.Median)
 	if err := load.Set(h, names, false); err != nil {
 		r.Errorf("%v", err)
 	}

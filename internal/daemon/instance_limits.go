@@ -33,10 +33,14 @@ func (d *Daemon) limitsFor(ctx context.Context, cfg map[string]string) (cgroups.
 
 // applyLimits creates an instance's cgroup if needed and writes the limits
 // of cfg to it (all of them: keys absent from cfg remove their limits).
-func (d *Daemon) applyLimits(ctx context.Context, name string, cfg map[string]string) error {
+// A CPU weight below minCPUWeight is raised to it (see startLocked).
+func (d *Daemon) applyLimits(ctx context.Context, name string, cfg map[string]string, minCPUWeight uint64) error {
 	res, err := d.limitsFor(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if w := max(res.CPUWeight, cgroups.DefaultCPUWeight); w < minCPUWeight {
+		res.CPUWeight = minCPUWeight
 	}
 	if res.DiskWeight != 0 {
 		if err := d.ensureBFQ(res.Devices); err != nil {

@@ -31,13 +31,17 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 	}
 	r.Add(func() { _ = d.net.Detach(bg, name) })
 
-	// The container's cgroup gets its limits before runc puts init in it.
+	// The container's cgroup gets its limits before runc puts init in it,
+	// with the control plane's CPU weight until init runs: the
+	// container's side of starting (runc's init: namespaces, mounts,
+	// seccomp) is control work, and must not queue behind busy
+	// neighbours while the host fills up.
 	r.Add(func() {
 		if cg, err := d.instanceCgroup(name); err == nil {
 			_ = cg.Destroy()
 		}
 	})
-	if err := d.applyLimits(ctx, name, inst.Config); err != nil {
+	if err := d.applyLimits(ctx, name, inst.Config, d.cfg.ControlCPUWeight); err != nil {
 		return fmt.Errorf("limits of %s: %w", name, err)
 	}
 
@@ -67,6 +71,10 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	r.Add(func() { _ = d.rt.Kill(bg, name); _ = d.rt.Delete(bg, name) })
+	// Init runs: the container's own weight from now on.
+	if err := d.applyLimits(ctx, name, inst.Config, 0); err != nil {
+		return fmt.Errorf("limits of %s: %w", name, err)
+	}
 	if _, err := d.track(name, proc); err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func (d *Daemon) updateLocked(ctx context.Context, name string, patch map[string
 	}
 	running := d.liveOf(name) != nil
 	if running {
-		if err := d.applyLimits(ctx, name, cfg); err != nil {
+		if err := d.applyLimits(ctx, name, cfg, 0); err != nil {
 			return d.restoreLimits(ctx, name, inst.Config, err)
 		}
 	}
@@ -87,7 +87,7 @@ func (d *Daemon) updateLocked(ctx context.Context, name string, patch map[string
 // restoreLimits writes a running instance's previous limits again after
 // applying new ones failed with cause.
 func (d *Daemon) restoreLimits(ctx context.Context, name string, prev map[string]string, cause error) error {
-	if err := d.applyLimits(context.WithoutCancel(ctx), name, prev); err != nil {
+	if err := d.applyLimits(context.WithoutCancel(ctx), name, prev, 0); err != nil {
 		d.log.Error("restore previous limits", "name", name, "err", err)
 		return fmt.Errorf("apply configuration to %q: %w; restoring the previous limits failed too: %v", name, cause, err)
 	}

@@ -124,7 +124,7 @@ func (d *Daemon) reattach(ctx context.Context) error {
 				d.log.Info("reattached running container", "name", inst.Name, "pid", pid)
 				// Limits are in the kernel already; writing them again
 				// repairs an update a crashed daemon left half-done.
-				if err := d.applyLimits(ctx, inst.Name, inst.Config); err != nil {
+				if err := d.applyLimits(ctx, inst.Name, inst.Config, 0); err != nil {
 					d.log.Warn("re-apply limits", "name", inst.Name, "err", err)
 				}
 				continue

@@ -350,6 +350,19 @@ func TestControlCgroup(t *testing.T) {
 	if got, _ := cgroups.ProcessCgroup(i.PID, "cpu"); got != h.CgroupParent()+"/c1" {
 		t.Errorf("init is in %q", got)
 	}
+	// A container starts with the control weight; once init runs it has
+	// its own (default, or configured).
+	if got := h.cgFile("c1", "cpu", weightFile); got != off {
+		t.Errorf("running container's %s = %q, want %q", weightFile, got, off)
+	}
+	h.OK("launch", "busybox", "c2", "-c", "limits.cpu.weight=50")
+	want50 := "512"
+	if v2 {
+		want50 = "50"
+	}
+	if got := h.cgFile("c2", "cpu", weightFile); got != want50 {
+		t.Errorf("container with weight 50: %s = %q, want %q", weightFile, got, want50)
+	}
 
 	h.RestartWith("--control-cpu-weight=0")
 	if got := h.cgroupFileAt(control, "cpu", weightFile); got != off {
