@@ -22,6 +22,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +49,7 @@ type Result struct {
 	Cgroup        string            `json:"cgroup_version"`
 	SizeMiB       int               `json:"file_mib"`
 	Reps          int               `json:"reps"`
-	OverheadLoops int               `json:"overhead_files_per_run"`
+	OverheadFiles [2]int            `json:"overhead_files_per_run_read_write"`
 	LimitMBps     float64           `json:"limit_mb_per_s"`
 	Limited       struct {
 		WriteDirect Check `json:"write_direct_mb_per_s"`
@@ -79,7 +81,11 @@ type Result struct {
 		UnlimitedWriteMBps  benchutil.Stats `json:"unlimited_write_direct_mb_per_s"`
 		NonBindingWriteMBps benchutil.Stats `json:"nonbinding_write_direct_mb_per_s"`
 		WriteOverheadPct    float64         `json:"write_overhead_pct"`
-		Within              bool            `json:"within_5pct"`
+		// Paired* are the medians of the per-pair overheads: each pair is
+		// two neighbouring runs, one of each setting.
+		PairedReadOverheadPct  float64 `json:"paired_read_overhead_pct"`
+		PairedWriteOverheadPct float64 `json:"paired_write_overhead_pct"`
+		Within                 bool    `json:"within_5pct"`
 	} `json:"overhead"`
 }
 
@@ -87,8 +93,10 @@ type bench struct {
 	r    *benchutil.Runner
 	h    *testhost.Host
 	size int
-	// loops is how many files one overhead run moves (see calibrate).
-	loops int
+	// overheadKeys are the limits.disk.* keys the overhead test sets;
+	// nonBindingIOPS is its IOPS value.
+	overheadKeys   string
+	nonBindingIOPS string
 }
 
 func main() {
@@ -96,6 +104,9 @@ func main() {
 	size := flag.Int("size", 128, "file size, MiB")
 	reps := flag.Int("reps", 3, "repetitions of each measurement")
 	iops := flag.Int("iops", 200, "read IOPS limit")
+	overheadKeys := flag.String("overhead-keys", "read,write,read_iops,write_iops", "limits.disk.* keys set (far above the disk's speed) in the overhead test")
+	nonBindingIOPS := flag.String("nonbinding-iops", "100000", "IOPS limit of the overhead test (far above what the loop device does with 1 MiB direct I/O)")
+	overheadReps := flag.Int("overhead-reps", 6, "runs of each setting in the overhead test")
 	window := flag.Duration("window", 20*time.Second, "measuring window of the weights test")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
@@ -108,7 +119,7 @@ func main() {
 	}
 	r.Cleanup(func() { os.RemoveAll(bin) })
 	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 4096 + 6**size})
-	b := &bench{r: r, h: h, size: *size}
+	b := &bench{r: r, h: h, size: *size, overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS}
 
 	res := Result{Benchmark: "iolimit", Machine: benchutil.ThisMachine(), SizeMiB: *size, Reps: *reps, LimitMBps: *mbps}
 	var srv api.Server
@@ -119,7 +130,7 @@ func main() {
 	res.Cgroup = srv.Host.CgroupVersion
 
 	b.limits(&res, *mbps, *iops, *reps)
-	b.overhead(&res, *reps)
+	b.overhead(&res, *overheadReps)
 	b.weights(&res, *window)
 
 	_ = benchutil.WriteJSON(os.Stdout, res)
@@ -164,20 +175,28 @@ func (b *bench) limits(res *Result, mbps float64, iops, reps int) {
 }
 
 // overhead compares no limits with limits far above the disk's speed,
-// alternating them.
+// alternating them, reps runs of each.
 func (b *bench) overhead(res *Result, reps int) {
 	b.h.OK("launch", "busybox", "io2")
 	b.dd("io2", "if=/dev/zero", "of=/f", "oflag=direct")
 	// Unlimited, these run at memory speed (the loop device's backing file
-	// is in the host's page cache): move enough files that one run lasts
-	// about 3 s, so busybox time's 10 ms resolution does not matter.
-	b.calibrate("io2", 3*time.Second)
-	nonBinding := []string{"limits.disk.read=100GB", "limits.disk.write=100GB",
-		"limits.disk.read_iops=1000000000", "limits.disk.write_iops=1000000000"}
-	keys := []string{"limits.disk.read", "limits.disk.write", "limits.disk.read_iops", "limits.disk.write_iops"}
+	// is in the host's page cache): each run moves enough files to last
+	// seconds, so busybox time's 10 ms resolution does not matter; writes
+	// last 2 s, below the host's dirty-page thresholds.
+	readArgs := []string{"if=/f", "of=/dev/null", "iflag=direct"}
+	writeArgs := []string{"if=/dev/zero", "of=/g", "oflag=direct"}
+	readLoops, writeLoops := b.calibrate("io2", 4*time.Second, readArgs...), b.calibrate("io2", 2*time.Second, writeArgs...)
+	b.r.Logf("overhead runs move %d files (read), %d files (write)", readLoops, writeLoops)
+	values := map[string]string{"read": "100GB", "write": "100GB", "read_iops": b.nonBindingIOPS, "write_iops": b.nonBindingIOPS}
+	var nonBinding, keys []string
+	for _, k := range strings.Split(b.overheadKeys, ",") {
+		key := "limits.disk." + k
+		nonBinding, keys = append(nonBinding, key+"="+values[k]), append(keys, key)
+	}
 	var ur, nr, uw, nw []float64
 	// A B B A order, so that drift (the pool filling, other load) favours
-	// neither setting.
+	// neither setting; each run starts with the pool's backing file
+	// flushed, so no run pays for the dirty pages of the one before.
 	for i := range 2 * reps {
 		limited := i%4 == 1 || i%4 == 2
 		if limited {
@@ -186,8 +205,11 @@ func (b *bench) overhead(res *Result, reps int) {
 			b.h.OK(append([]string{"config", "unset", "io2"}, keys...)...)
 		}
 		b.r.Logf("overhead, limits configured: %v", limited)
-		rd := b.ddLoop("io2", b.loops, "if=/f", "of=/dev/null", "iflag=direct")
-		wr := b.ddLoop("io2", b.loops, "if=/dev/zero", "of=/g", "oflag=direct")
+		b.flush()
+		rd := b.ddLoop("io2", readLoops, readArgs...)
+		b.flush()
+		wr := b.ddLoop("io2", writeLoops, writeArgs...)
+		b.r.Logf("  read %.0f MB/s, write %.0f MB/s", rd, wr)
 		if limited {
 			nr, nw = append(nr, rd), append(nw, wr)
 		} else {
@@ -199,18 +221,36 @@ func (b *bench) overhead(res *Result, reps int) {
 	o.UnlimitedWriteMBps, o.NonBindingWriteMBps = benchutil.Summarise(uw), benchutil.Summarise(nw)
 	o.ReadOverheadPct = pct(o.UnlimitedReadMBps.Median-o.NonBindingReadMBps.Median, o.UnlimitedReadMBps.Median)
 	o.WriteOverheadPct = pct(o.UnlimitedWriteMBps.Median-o.NonBindingWriteMBps.Median, o.UnlimitedWriteMBps.Median)
-	o.Within = o.ReadOverheadPct < 5 && o.WriteOverheadPct < 5
-	res.OverheadLoops = b.loops
+	o.PairedReadOverheadPct, o.PairedWriteOverheadPct = paired(ur, nr), paired(uw, nw)
+	o.Within = o.PairedReadOverheadPct < 5 && o.PairedWriteOverheadPct < 5
+	res.OverheadFiles = [2]int{readLoops, writeLoops}
 	b.h.OK("delete", "--force", "io2")
 }
 
-// calibrate sets b.loops so that the slower of an unlimited direct read and
-// write over b.loops files takes about d.
-func (b *bench) calibrate(name string, d time.Duration) {
-	secs := max(b.timed(name, 4, []string{"if=/f", "of=/dev/null", "iflag=direct", "bs=1M", fmt.Sprintf("count=%d", b.size)}),
-		b.timed(name, 4, []string{"if=/dev/zero", "of=/g", "oflag=direct", "bs=1M", fmt.Sprintf("count=%d", b.size)}))
-	b.loops = min(max(int(d.Seconds()/(secs/4)), 4), 1000)
-	b.r.Logf("overhead runs move %d files each", b.loops)
+// paired returns the median over i of (u[i]-l[i])/u[i], in percent: runs
+// i of the two settings ran next to each other.
+func paired(u, l []float64) float64 {
+	var d []float64
+	for i := range min(len(u), len(l)) {
+		d = append(d, (u[i]-l[i])/u[i])
+	}
+	return round(100 * benchutil.Summarise(d).Median)
+}
+
+// flush writes the pool's backing file's dirty pages to disk (host side).
+func (b *bench) flush() {
+	img := filepath.Join(b.h.Root(), "disks", "default.img")
+	if out, err := exec.Command("sync", "-f", img).CombinedOutput(); err != nil {
+		b.r.Fatalf("sync: %v: %s", err, out)
+	}
+}
+
+// calibrate returns how many files a dd with args (one file's worth) must
+// move in a row to take about d.
+func (b *bench) calibrate(name string, d time.Duration, args ...string) int {
+	args = append(args, "bs=1M", fmt.Sprintf("count=%d", b.size))
+	secs := b.timed(name, 4, args) / 4
+	return min(max(int(d.Seconds()/secs), 4), 2000)
 }
 
 // weights runs two readers at once, first with weights 200:100, then
