@@ -80,3 +80,16 @@ func (d *Daemon) controlPlane() api.ControlPlane {
 	}
 	return out
 }
+
+// startCPUWeight is the CPU weight a container's cgroup has while it
+// starts: the highest there is when the control plane's weight is on. A
+// starting container competes with its running siblings only, each at
+// weight 100 or so: with a hundred busy ones, even weight 1000 would get
+// runc's init a tenth of the containers' CPU. The boost lasts until init
+// runs (milliseconds).
+func (d *Daemon) startCPUWeight() uint64 {
+	if d.cfg.ControlCPUWeight == 0 {
+		return 0
+	}
+	return cgroups.MaxCPUWeight
+}

@@ -32,7 +32,7 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 	r.Add(func() { _ = d.net.Detach(bg, name) })
 
 	// The container's cgroup gets its limits before runc puts init in it,
-	// with the control plane's CPU weight until init runs: the
+	// with a boosted CPU weight until init runs (startCPUWeight): the
 	// container's side of starting (runc's init: namespaces, mounts,
 	// seccomp) is control work, and must not queue behind busy
 	// neighbours while the host fills up.
@@ -41,7 +41,7 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 			_ = cg.Destroy()
 		}
 	})
-	if err := d.applyLimits(ctx, name, inst.Config, d.cfg.ControlCPUWeight); err != nil {
+	if err := d.applyLimits(ctx, name, inst.Config, d.startCPUWeight()); err != nil {
 		return fmt.Errorf("limits of %s: %w", name, err)
 	}
 
