@@ -36,6 +36,11 @@ type Storm struct {
 	// LastVsFirstQuarter is the last quarter's median over the first's.
 	LastVsFirstQuarter float64 `json:"last_vs_first_quarter"`
 	TotalS             float64 `json:"total_s"`
+	// IOPressurePct is the share of the storm's time during which some
+	// task of the machine waited for I/O (/proc/pressure/io): a shared
+	// machine's other I/O shows here, and so do stalls it causes (bbolt's
+	// fsync).
+	IOPressurePct float64 `json:"io_pressure_some_pct"`
 }
 
 // Mode pools the storms of one setting.
@@ -109,8 +114,8 @@ func main() {
 		}
 		s := storm(r, h.Client(), names, *conc)
 		s.Setting = label
-		r.Logf("storm, %s: total %.1f s, start median %.0f ms p99 %.0f ms, quarters %v",
-			label, s.TotalS, s.StartMs.Median, s.StartMs.P99, s.ByQuarterMs)
+		r.Logf("storm, %s: total %.1f s, start median %.0f ms p99 %.0f ms, quarters %v, I/O pressure %.1f%%",
+			label, s.TotalS, s.StartMs.Median, s.StartMs.P99, s.ByQuarterMs, s.IOPressurePct)
 		res.Storms = append(res.Storms, s)
 		stopAll(r, h.Client(), names, *conc)
 		return s
@@ -161,6 +166,7 @@ func wait(op *client.Operation, err error) error {
 // storm starts every container, conc at a time, in order.
 func storm(r *benchutil.Runner, c *client.Client, names []string, conc int) Storm {
 	durs := make([]float64, len(names))
+	io0 := ioPressure()
 	t0 := time.Now()
 	// Parallel starts fn(i) in order of i as slots free up: start order.
 	err := benchutil.Parallel(len(names), conc, func(i int) error {
@@ -173,10 +179,23 @@ func storm(r *benchutil.Runner, c *client.Client, names []string, conc int) Stor
 		r.Fatalf("storm: %v", err)
 	}
 	s := Storm{StartMs: benchutil.Summarise(durs), TotalS: time.Since(t0).Seconds()}
+	s.IOPressurePct = float64(int((ioPressure()-io0)/(s.TotalS*1e6)*1000+0.5)) / 10
 	s.ByQuarterMs = quarters(durs)
 	s.LastVsFirstQuarter = benchutil.Ratio(s.ByQuarterMs[3], s.ByQuarterMs[0])
 	s.TotalS = float64(int(s.TotalS*100+0.5)) / 100
 	return s
+}
+
+// ioPressure returns the machine's total "some" I/O stall time in
+// microseconds (0 without PSI).
+func ioPressure() float64 {
+	b, err := os.ReadFile("/proc/pressure/io")
+	if err != nil {
+		return 0
+	}
+	var avg10, avg60, avg300, total float64
+	fmt.Sscanf(string(b), "some avg10=%f avg60=%f avg300=%f total=%f", &avg10, &avg60, &avg300, &total)
+	return total
 }
 
 // quarters returns the median of each quarter of samples.
