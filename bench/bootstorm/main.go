@@ -8,7 +8,7 @@
 // baseline, on a host that stays idle (hogs off), in one run against the
 // same containers. It prints JSON.
 //
-//	go run ./bench/bootstorm -n 100 -c 25 -rounds 2
+//	go run ./bench/bootstorm -n 100 -c 25 -rounds 3
 package main
 
 import (
@@ -72,7 +72,7 @@ type Result struct {
 func main() {
 	n := flag.Int("n", 100, "containers to start")
 	conc := flag.Int("c", 25, "starts in flight at a time")
-	rounds := flag.Int("rounds", 2, "rounds of (weight on, weight off) storms")
+	rounds := flag.Int("rounds", 3, "rounds of (idle host, weight on, weight off) storms")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 

@@ -14,7 +14,7 @@
 //
 // It prints JSON.
 //
-//	go run ./bench/iolimit -mbps 20 -size 128 -reps 3
+//	go run ./bench/iolimit -mbps 20 -size 128 -reps 3 -window 20s -overhead-reps 20
 package main
 
 import (
@@ -106,7 +106,7 @@ func main() {
 	iops := flag.Int("iops", 200, "read IOPS limit")
 	overheadKeys := flag.String("overhead-keys", "read,write,read_iops,write_iops", "limits.disk.* keys set (far above the disk's speed) in the overhead test")
 	nonBindingIOPS := flag.String("nonbinding-iops", "100000", "IOPS limit of the overhead test (far above what the loop device does with 1 MiB direct I/O)")
-	overheadReps := flag.Int("overhead-reps", 6, "runs of each setting in the overhead test")
+	overheadReps := flag.Int("overhead-reps", 20, "runs of each setting in the overhead test")
 	window := flag.Duration("window", 20*time.Second, "measuring window of the weights test")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
