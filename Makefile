@@ -19,7 +19,7 @@ build:
 
 vet:
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l cmd internal test bench)" || { gofmt -l cmd internal test bench; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l cmd internal test bench packaging)" || { gofmt -l cmd internal test bench packaging; echo "gofmt needed"; exit 1; }
 
 # Every test runs as root against the real kernel, runc, CRIU and btrfs.
 # Packages run one at a time: they share the machine's loop devices,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -61,8 +62,27 @@ func hostPairs(h api.HostInfo) [][2]string {
 		{"CRIU", h.CRIUVersion},
 		{"CRIU check", h.CRIUCheck},
 		{"Containers", fmt.Sprintf("%d (%d running)", h.Instances, h.InstancesUp)},
+		{"Control cgroup", controlLine(h.Control)},
+		{"Storage devices", devicesLine(h.StorageDevices)},
 		{"vessel", h.VesselVersion},
 	}
+}
+
+// controlLine describes the control plane's CPU share.
+func controlLine(c api.ControlPlane) string {
+	if c.Cgroup == "" {
+		return fmt.Sprintf("none (vesseld stays where it was started); containers in %s", c.ContainersCgroup)
+	}
+	return fmt.Sprintf("%s, CPU weight %d (containers: %s, %d)", c.Cgroup, c.CPUWeight, c.ContainersCgroup, c.ContainersCPUWeight)
+}
+
+// devicesLine lists block devices with their I/O schedulers.
+func devicesLine(devs []api.BlockDevice) string {
+	var parts []string
+	for _, d := range devs {
+		parts = append(parts, fmt.Sprintf("%s (%s, scheduler %s)", nonEmpty(d.Name, d.Device), d.Device, nonEmpty(d.Scheduler, "?")))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func instancePairs(i api.Instance) [][2]string {
@@ -98,9 +118,22 @@ func instancePairs(i api.Instance) [][2]string {
 		if s.MemoryLimit > 0 {
 			p = append(p, [2]string{"Memory limit", humanBytes(s.MemoryLimit)})
 		}
+		p = append(p, [2]string{"OOM kills", fmt.Sprint(s.OOMKills)})
+		for _, io := range s.IO {
+			p = append(p, [2]string{
+				fmt.Sprintf("I/O %s (%s, %s)", nonEmpty(io.Name, io.Device), io.Device, nonEmpty(io.Scheduler, "?")),
+				fmt.Sprintf("read %s in %d ops, written %s in %d ops",
+					humanBytes(io.ReadBytes), io.ReadOps, humanBytes(io.WriteBytes), io.WriteOps),
+			})
+		}
 	}
-	for k, v := range i.Config {
-		p = append(p, [2]string{"config " + k, v})
+	keys := make([]string, 0, len(i.Config))
+	for k := range i.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p = append(p, [2]string{"config " + k, i.Config[k]})
 	}
 	return p
 }

@@ -62,7 +62,7 @@ Every NAME may be written REMOTE:NAME to act on another host.`,
 		newDeleteCmd(g), newListCmd(g), newInfoCmd(g), newExecCmd(g),
 		newConsoleCmd(g), newImageCmd(g), newStorageCmd(g), newOperationCmd(g),
 		newRemoteCmd(g), newTrustCmd(g), newPeerCmd(g), newMoveCmd(g),
-		newSnapshotCmd(g), newCopyCmd(g),
+		newSnapshotCmd(g), newCopyCmd(g), newConfigCmd(g),
 	)
 	return root
 }

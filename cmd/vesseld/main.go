@@ -40,6 +40,14 @@ func env(key, def string) string {
 	return def
 }
 
+// envUint returns an environment variable's value as a number, or def.
+func envUint(key string, def uint64) uint64 {
+	if v, err := strconv.ParseUint(os.Getenv(key), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
@@ -102,6 +110,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringSliceVar(&cfg.Listen, "listen", splitEnv("VESSEL_LISTEN"), "HTTPS address for remote clients and peers (host:port, repeatable)")
 	f.StringSliceVar(&cfg.Advertise, "advertise", splitEnv("VESSEL_ADVERTISE"), "addresses written into join tokens (default: the --listen addresses)")
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
+	f.StringVar(&cfg.ControlCgroup, "control-cgroup", env("VESSEL_CONTROL_CGROUP", ""), `vesseld's own cgroup (default CGROUP_PARENT-control; "none": stay where started, e.g. in a systemd slice)`)
+	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
 	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: from PATH)")
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")

@@ -44,6 +44,12 @@ type InstanceState struct {
 	MemoryLimit uint64 `json:"memory_limit,omitempty"`
 	Processes   uint64 `json:"processes"`
 	Cgroup      string `json:"cgroup"`
+	// OOMKills counts processes the kernel killed because the container
+	// reached limits.memory.
+	OOMKills uint64 `json:"oom_kills"`
+	// IO is the container's block I/O per device, with the devices'
+	// I/O schedulers.
+	IO []InstanceIO `json:"io,omitempty"`
 }
 
 // InstanceSource says where a new container's root filesystem comes from.

@@ -29,6 +29,11 @@ type HostInfo struct {
 	CRIUCheck     string `json:"criu_check"`
 	Instances     int    `json:"instances"`
 	InstancesUp   int    `json:"instances_running"`
+	// Control is the control plane's cgroup and CPU weight.
+	Control ControlPlane `json:"control"`
+	// StorageDevices are the disks under the storage pool and their I/O
+	// schedulers.
+	StorageDevices []BlockDevice `json:"storage_devices,omitempty"`
 }
 
 // OS names a distribution (from os-release).

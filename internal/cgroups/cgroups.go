@@ -1,5 +1,5 @@
-// Package cgroups manages the control groups vessel puts containers (and,
-// later, its own control plane) in.
+// Package cgroups manages the control groups vessel puts containers, their
+// shims and its own control plane in.
 //
 // Vocabulary:
 //
@@ -10,6 +10,11 @@
 //     from the host.
 //   - Parent: the cgroup every container cgroup lives under ("/vessel" by
 //     default, configurable so several daemons can share a host).
+//   - Control cgroup: where vesseld itself runs, beside the parent
+//     ("/vessel-control"), with a higher CPU weight.
+//   - Resources: a cgroup's limits in vessel's units (cores, bytes, a v2
+//     CPU weight), converted here to each layout's files (see
+//     resources.go for the shares <-> weight formula).
 //
 // The v1 and v2 backends are the ones runc itself uses
 // (github.com/opencontainers/cgroups); this package is the small interface
@@ -22,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	occgroups "github.com/opencontainers/cgroups"
@@ -53,8 +59,13 @@ func HostVersion() Version {
 	return V1
 }
 
-// ErrInvalidPath says a cgroup path is not absolute and clean.
-var ErrInvalidPath = errors.New("invalid cgroup path")
+// Errors of this package.
+var (
+	// ErrInvalidPath says a cgroup path is not absolute and clean.
+	ErrInvalidPath = errors.New("invalid cgroup path")
+	// ErrInvalidResources says a Resources value is out of range.
+	ErrInvalidResources = errors.New("invalid cgroup resources")
+)
 
 // Stats is a cgroup's current resource usage.
 type Stats struct {
@@ -66,6 +77,10 @@ type Stats struct {
 	MemoryLimit uint64 `json:"memory_limit_bytes"`
 	// Pids is the number of tasks.
 	Pids uint64 `json:"pids"`
+	// OOMKills counts processes the OOM killer killed in the cgroup.
+	OOMKills uint64 `json:"oom_kills"`
+	// IO is the I/O done per device, sorted by device.
+	IO []DeviceIO `json:"io,omitempty"`
 }
 
 // Manager controls one cgroup.
@@ -84,34 +99,75 @@ type Manager interface {
 	Thaw() error
 	// Stats returns current usage.
 	Stats() (Stats, error)
+	// Set applies every limit in r (zero fields remove limits) to the
+	// controllers the cgroup has. On error some files may have been
+	// written: callers re-apply the previous Resources.
+	Set(r Resources) error
+	// AddProc moves a process, with all its threads, into the cgroup
+	// (creating it if needed).
+	AddProc(pid int) error
 	// Destroy removes the cgroup (and empty child cgroups) in every
 	// controller; missing cgroups are not an error.
 	Destroy() error
 }
 
+// Option tunes New.
+type Option func(*options)
+
+type options struct {
+	controllers []string
+}
+
+// Controllers limits the cgroup to the named v1 controllers' hierarchies
+// (e.g. "cpu", "cpuacct"); other hierarchies are neither created nor
+// joined. It has no effect on v2, which has one hierarchy.
+func Controllers(names ...string) Option {
+	return func(o *options) { o.controllers = append(o.controllers, names...) }
+}
+
 // New returns the manager of the cgroup at path (it is not created).
-func New(path string) (Manager, error) {
+func New(path string, opts ...Option) (Manager, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidPath, path)
+	}
+	var o options
+	for _, f := range opts {
+		f(&o)
 	}
 	cfg := &occgroups.Cgroup{
 		Path: path,
 		// Device rules are the OCI runtime's business (runc applies the
-		// container's). With no rules here, Set never writes devices.*
-		// files, while Create still makes the devices cgroup like every
-		// other controller's.
+		// container's). With no rules here, Create never writes devices.*
+		// files, while it still makes the devices cgroup like every
+		// other controller's; Set skips devices explicitly.
 		Resources: &occgroups.Resources{},
 	}
 	m, err := manager.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup %s: %w", path, err)
 	}
-	return &cgroup{path: path, m: m}, nil
+	v := HostVersion()
+	if v == V1 && len(o.controllers) > 0 {
+		paths := map[string]string{}
+		for name, p := range m.GetPaths() {
+			if slices.Contains(o.controllers, name) {
+				paths[name] = p
+			}
+		}
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("cgroup %s: none of the controllers %v is mounted", path, o.controllers)
+		}
+		if m, err = manager.NewWithPaths(cfg, paths); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", path, err)
+		}
+	}
+	return &cgroup{path: path, version: v, m: m}, nil
 }
 
 type cgroup struct {
-	path string
-	m    occgroups.Manager
+	path    string
+	version Version
+	m       occgroups.Manager
 }
 
 func (c *cgroup) Path() string { return c.path }
@@ -135,7 +191,18 @@ func (c *cgroup) Exists() bool {
 }
 
 func (c *cgroup) Pids() ([]int, error) {
-	pids, err := c.m.GetAllPids()
+	var pids []int
+	var err error
+	if c.version == V1 && c.m.Path("devices") == "" {
+		// runc's v1 manager lists pids from the devices hierarchy; a
+		// cgroup limited to other controllers uses its first one.
+		for _, p := range c.m.GetPaths() {
+			pids, err = occgroups.GetAllPids(p)
+			break
+		}
+	} else {
+		pids, err = c.m.GetAllPids()
+	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list pids of cgroup %s: %w", c.path, err)
 	}
@@ -180,7 +247,57 @@ func (c *cgroup) Stats() (Stats, error) {
 	if l := s.MemoryStats.Usage.Limit; l > 0 && l < 1<<62 {
 		out.MemoryLimit = l
 	}
+	if dir := c.m.Path("memory"); dir != "" {
+		if out.OOMKills, err = readOOMKills(c.version, dir); err != nil {
+			return Stats{}, fmt.Errorf("stats of cgroup %s: %w", c.path, err)
+		}
+	}
+	if dir := c.m.Path("blkio"); dir != "" {
+		if out.IO, err = readIOStats(c.version, dir); err != nil {
+			return Stats{}, fmt.Errorf("stats of cgroup %s: %w", c.path, err)
+		}
+	}
 	return out, nil
+}
+
+func (c *cgroup) Set(r Resources) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	oci := r.toOCI(c.version)
+	// A cgroup limited to some v1 controllers gets only their limits.
+	if c.version == V1 {
+		if c.m.Path("cpu") == "" {
+			oci.CpuShares, oci.CpuQuota, oci.CpuPeriod = 0, 0, 0
+		}
+		if c.m.Path("memory") == "" {
+			oci.Memory = 0
+		}
+		if c.m.Path("pids") == "" {
+			oci.PidsLimit = nil
+		}
+		if c.m.Path("blkio") == "" {
+			oci.BlkioThrottleReadBpsDevice, oci.BlkioThrottleWriteBpsDevice = nil, nil
+			oci.BlkioThrottleReadIOPSDevice, oci.BlkioThrottleWriteIOPSDevice = nil, nil
+		}
+	}
+	if err := c.m.Set(oci); err != nil {
+		return fmt.Errorf("set limits of cgroup %s: %w", c.path, err)
+	}
+	if dir := c.m.Path("blkio"); dir != "" {
+		if err := setIO(c.version, dir, r); err != nil {
+			return fmt.Errorf("set limits of cgroup %s: %w", c.path, err)
+		}
+	}
+	return nil
+}
+
+func (c *cgroup) AddProc(pid int) error {
+	// Writing a pid to cgroup.procs moves the whole thread group.
+	if err := c.m.Apply(pid); err != nil {
+		return fmt.Errorf("move pid %d into cgroup %s: %w", pid, c.path, err)
+	}
+	return nil
 }
 
 func (c *cgroup) Destroy() error {
@@ -208,4 +325,39 @@ func ProcessCgroup(pid int, controller string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("pid %d: no %s controller", pid, controller)
+}
+
+// Enter moves the calling process (all its threads) into cg and returns a
+// function that moves it back to the cgroups it was in before, in the
+// hierarchies cg has. Children started afterwards are born in cg.
+func Enter(cg Manager) (leave func() error, err error) {
+	c, ok := cg.(*cgroup)
+	if !ok {
+		return nil, fmt.Errorf("enter cgroup %s: not a cgroup of this package", cg.Path())
+	}
+	pid := os.Getpid()
+	var prev []string
+	for name, dir := range c.m.GetPaths() {
+		mnt, ok := strings.CutSuffix(dir, c.path)
+		if !ok {
+			continue
+		}
+		cur, err := ProcessCgroup(pid, name)
+		if err != nil {
+			return nil, fmt.Errorf("enter cgroup %s: %w", c.path, err)
+		}
+		prev = append(prev, filepath.Join(mnt, cur))
+	}
+	if err := c.AddProc(pid); err != nil {
+		return nil, err
+	}
+	return func() error {
+		var errs []error
+		for _, dir := range prev {
+			if err := occgroups.WriteCgroupProc(dir, pid); err != nil {
+				errs = append(errs, fmt.Errorf("leave cgroup %s: %w", c.path, err))
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
 }

@@ -4,8 +4,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/network"
 )
 
@@ -49,6 +51,15 @@ type Config struct {
 
 	// CgroupParent is the cgroup every container's cgroup lives under.
 	CgroupParent string
+	// ControlCgroup is the cgroup vesseld moves itself (and so the helper
+	// processes it starts) into, beside CgroupParent; default
+	// CgroupParent+"-control". "none" keeps vesseld where it was started
+	// (under systemd, vessel-control.slice gives the weight).
+	ControlCgroup string
+	// ControlCPUWeight is the control cgroup's CPU weight on the v2 scale,
+	// against the containers' parent's default 100; default 1000 (10x).
+	// 0 turns the advantage off: the control cgroup gets 100 too.
+	ControlCPUWeight uint64
 
 	// Runc, Criu, Shim and Busybox are the external binaries used (empty:
 	// looked up in PATH, or next to vesseld for the shim).
@@ -88,9 +99,18 @@ const (
 	DefaultBridge       = "vesselbr0"
 	DefaultSubnet       = "10.87.0.0/24"
 	DefaultCgroupParent = "/vessel"
-	DefaultStorageSize  = 20 << 30
-	DefaultStopTimeout  = 30 * time.Second
-	DefaultBusybox      = "/bin/busybox"
+	// DefaultControlCPUWeight is 10x the containers' parent's weight, as
+	// XenServer's control slice (CPUShares=10240) had.
+	DefaultControlCPUWeight = 1000
+	// NoControlCgroup as ControlCgroup keeps vesseld where it started.
+	NoControlCgroup = "none"
+	// shimsCgroup is the cgroup, below CgroupParent, that shims move into
+	// once their container runs: the data path's side. Its name cannot be
+	// an instance name (no underscores there).
+	shimsCgroup        = "_shims"
+	DefaultStorageSize = 20 << 30
+	DefaultStopTimeout = 30 * time.Second
+	DefaultBusybox     = "/bin/busybox"
 )
 
 // DefaultConfig returns the configuration of a stand-alone host.
@@ -106,9 +126,11 @@ func DefaultConfig() Config {
 		Subnet:        netip.MustParsePrefix(DefaultSubnet),
 		NAT:           true,
 		CgroupParent:  DefaultCgroupParent,
-		Busybox:       DefaultBusybox,
-		StopTimeout:   DefaultStopTimeout,
-		SnapshotIO:    SnapshotIOVessel,
+		// ControlCgroup follows CgroupParent (see fill).
+		ControlCPUWeight: DefaultControlCPUWeight,
+		Busybox:          DefaultBusybox,
+		StopTimeout:      DefaultStopTimeout,
+		SnapshotIO:       SnapshotIOVessel,
 	}
 }
 
@@ -143,6 +165,16 @@ func (c *Config) fill() error {
 	}
 	if c.CgroupParent == "" {
 		c.CgroupParent = def.CgroupParent
+	}
+	if c.ControlCgroup == "" {
+		c.ControlCgroup = c.CgroupParent + "-control"
+	}
+	if c.ControlCgroup != NoControlCgroup && (c.ControlCgroup == c.CgroupParent ||
+		strings.HasPrefix(c.ControlCgroup, c.CgroupParent+"/")) {
+		return errorf(ErrInvalid, "control cgroup %q must not be inside the containers' cgroup %q", c.ControlCgroup, c.CgroupParent)
+	}
+	if c.ControlCPUWeight > cgroups.MaxCPUWeight {
+		return errorf(ErrInvalid, "control CPU weight %d: want 0 (off) or 1..%d", c.ControlCPUWeight, cgroups.MaxCPUWeight)
 	}
 	if c.Busybox == "" {
 		c.Busybox = def.Busybox
@@ -183,6 +215,7 @@ func (c *Config) netnsDir() string { return filepath.Join(c.RunDir, "netns") }
 func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)
 }
+func (c *Config) shimsCgroupPath() string { return filepath.Join(c.CgroupParent, shimsCgroup) }
 
 func (c *Config) networkConfig() network.Config {
 	return network.Config{Bridge: c.Bridge, Subnet: c.Subnet, NetnsDir: c.netnsDir(), NAT: c.NAT,

@@ -59,6 +59,11 @@ type Daemon struct {
 	identity    tls.Certificate
 	fingerprint string
 
+	// control is vesseld's own cgroup (nil when it stays where it started);
+	// leaveControl moves vesseld back out of it.
+	control      cgroups.Manager
+	leaveControl func() error
+
 	// ctx lives as long as the daemon; background work derives from it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,6 +94,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	d.ctx, d.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
+			if lerr := d.leaveControlCgroup(); lerr != nil {
+				log.Warn("leave control cgroup", "err", lerr)
+			}
 			d.close()
 		}
 	}()
@@ -127,9 +135,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.setupCRIUConfig(); err != nil {
 		return nil, err
 	}
+	if err := d.enterControlCgroup(); err != nil {
+		return nil, fmt.Errorf("control cgroup: %w", err)
+	}
 	if d.rt, err = runtime.New(runtime.Config{
 		Runc: cfg.Runc, Criu: cfg.Criu, Shim: cfg.Shim,
 		Root: cfg.runcRoot(), StateDir: cfg.shimDir(),
+		ShimCgroup: cfg.shimsCgroupPath(), Log: log,
 	}); err != nil {
 		return nil, err
 	}
@@ -195,6 +207,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	n := len(d.live)
 	d.mu.Unlock()
 	var errs []error
+	if err := d.leaveControlCgroup(); err != nil {
+		errs = append(errs, err)
+	}
 	if n == 0 && d.storage != nil {
 		if err := d.releaseHost(ctx); err != nil {
 			errs = append(errs, err)
@@ -207,6 +222,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // releaseHost undoes New's host setup; only when no container runs.
 func (d *Daemon) releaseHost(ctx context.Context) error {
 	var errs []error
+	d.resetLoopSchedulers(ctx)
 	if err := d.storage.Unmount(ctx); err != nil {
 		errs = append(errs, err)
 	}

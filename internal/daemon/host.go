@@ -100,6 +100,8 @@ func (d *Daemon) ServerInfo(ctx context.Context) api.Server {
 	d.mu.Lock()
 	h.InstancesUp = len(d.live)
 	d.mu.Unlock()
+	h.Control = d.controlPlane()
+	h.StorageDevices = d.storageDevices(ctx)
 	return api.Server{APIVersion: api.Version, Host: h}
 }
 

@@ -96,13 +96,7 @@ func (d *Daemon) GetInstance(ctx context.Context, name string) (api.Instance, er
 	if out.PID != 0 {
 		if cg, err := d.instanceCgroup(name); err == nil {
 			if st, err := cg.Stats(); err == nil {
-				out.State = &api.InstanceState{
-					CPUUsageNS:  st.CPUUsage,
-					MemoryUsage: st.MemoryUsage,
-					MemoryLimit: st.MemoryLimit,
-					Processes:   st.Pids,
-					Cgroup:      cg.Path(),
-				}
+				out.State = instanceState(cg.Path(), st)
 			}
 		}
 	}

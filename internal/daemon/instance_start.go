@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -65,6 +66,7 @@ type prepared struct {
 	bundle  string
 	logPath string
 	netLock bool
+	config  map[string]string // the instance's configuration (limits)
 	r       *revert.Reverter
 }
 
@@ -83,7 +85,8 @@ func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *
 	if d.liveOf(name) != nil {
 		return nil, errorf(ErrConflict, "instance %q is already running", name)
 	}
-	p := &prepared{name: name, netLock: netLock, r: revert.New(), bundle: d.cfg.bundleDir(name), logPath: d.cfg.logPath(name)}
+	p := &prepared{name: name, netLock: netLock, config: inst.Config, r: revert.New(),
+		bundle: d.cfg.bundleDir(name), logPath: d.cfg.logPath(name)}
 	defer func() {
 		if err != nil {
 			p.abort()
@@ -99,6 +102,19 @@ func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *
 		if err := d.net.SetHostLink(name, false); err != nil {
 			return nil, err
 		}
+	}
+	// The container's cgroup gets its limits before runc puts a process in
+	// it (a start's init, a restore's tasks), with a boosted CPU weight
+	// until it runs (startCPUWeight): the container's side of starting
+	// (runc's init: namespaces, mounts, seccomp) is control work, and must
+	// not queue behind busy neighbours while the host fills up.
+	p.r.Add(func() {
+		if cg, err := d.instanceCgroup(name); err == nil {
+			_ = cg.Destroy()
+		}
+	})
+	if err := d.applyLimits(ctx, name, inst.Config, d.startCPUWeight()); err != nil {
+		return nil, fmt.Errorf("limits of %s: %w", name, err)
 	}
 	spec, err := runtime.GenerateSpec(runtime.SpecOptions{
 		ID:          name,
@@ -137,6 +153,10 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		return err
 	}
 	p.r.Add(func() { _ = d.rt.Kill(bg, p.name); _ = d.rt.Delete(bg, p.name) })
+	// It runs: the container's own weight from now on.
+	if err := d.applyLimits(ctx, p.name, p.config, 0); err != nil {
+		return fmt.Errorf("limits of %s: %w", p.name, err)
+	}
 	if p.netLock {
 		if err := d.net.SetHostLink(p.name, true); err != nil {
 			return err

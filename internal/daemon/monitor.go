@@ -123,6 +123,11 @@ func (d *Daemon) reattach(ctx context.Context) error {
 			if _, err := d.track(inst.Name, runtime.Process{InitPid: pid}); err == nil {
 				d.thawLeftover(inst.Name)
 				d.log.Info("reattached running container", "name", inst.Name, "pid", pid)
+				// Limits are in the kernel already; writing them again
+				// repairs an update a crashed daemon left half-done.
+				if err := d.applyLimits(ctx, inst.Name, inst.Config, 0); err != nil {
+					d.log.Warn("re-apply limits", "name", inst.Name, "err", err)
+				}
 				continue
 			}
 		}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,13 @@ type Config struct {
 	// StateDir holds the shims' state directories, StateDir/<id>.
 	// Required.
 	StateDir string
+	// ShimCgroup, if set, is the cgroup a shim is moved into once its
+	// container runs. Until then the shim, and the runc it starts, stay in
+	// the caller's cgroup (a daemon's control cgroup: starting is control
+	// work); afterwards the shim copies console output, which is data path.
+	ShimCgroup string
+	// Log receives warnings (default: discarded).
+	Log *slog.Logger
 }
 
 // Runtime runs containers under shims. It holds no per-container state in
@@ -71,6 +79,9 @@ func New(cfg Config) (*Runtime, error) {
 		if err := os.MkdirAll(*p, 0o700); err != nil {
 			return nil, fmt.Errorf("create runtime directory: %w", err)
 		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Runc, err = lookTool(cfg.Runc, "runc"); err != nil {
 		return nil, err

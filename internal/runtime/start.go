@@ -13,6 +13,7 @@ import (
 
 	gorunc "github.com/containerd/go-runc"
 
+	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/shim"
 )
 
@@ -152,7 +153,26 @@ func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
 	case res.rep.Error != "":
 		return Process{}, fmt.Errorf("%w %s: %s", ErrStart, c.ID, res.rep.Error)
 	}
+	r.moveShim(c.ID, cmd.Process.Pid)
 	return Process{ShimPid: cmd.Process.Pid, InitPid: res.rep.InitPid}, nil
+}
+
+// moveShim moves a shim whose container runs into Config.ShimCgroup. It
+// waits for the shim's report rather than moving it right after fork (with
+// CLONE_INTO_CGROUP on v2, or a write to cgroup.procs on v1) on purpose:
+// `runc run` is control work and keeps the caller's CPU weight. A failure
+// costs only that placement, so it is logged, not returned.
+func (r *Runtime) moveShim(id string, pid int) {
+	if r.cfg.ShimCgroup == "" {
+		return
+	}
+	cg, err := cgroups.New(r.cfg.ShimCgroup)
+	if err == nil {
+		err = cg.AddProc(pid)
+	}
+	if err != nil {
+		r.cfg.Log.Warn("shim stays in the daemon's cgroup", "id", id, "pid", pid, "err", err)
+	}
 }
 
 // checkFree fails with ErrExists when runc or a live shim has container id.

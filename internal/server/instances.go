@@ -58,6 +58,19 @@ func (s *Server) deleteInstance(r *http.Request) response {
 	return asyncResponse{op}
 }
 
+// patchInstance changes configuration keys (limits apply live).
+func (s *Server) patchInstance(r *http.Request) response {
+	var req api.InstancePatch
+	if err := decode(r, &req); err != nil {
+		return errorResponse{err}
+	}
+	op, err := s.core.UpdateInstance(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		return errorResponse{err}
+	}
+	return asyncResponse{op}
+}
+
 func (s *Server) putInstanceState(r *http.Request) response {
 	var req api.InstanceStatePut
 	if err := decode(r, &req); err != nil {

@@ -34,6 +34,7 @@ type Core interface {
 	CreateInstance(ctx context.Context, req api.InstancesPost) (*operations.Operation, error)
 	ChangeState(ctx context.Context, name string, req api.InstanceStatePut) (*operations.Operation, error)
 	DeleteInstance(ctx context.Context, name string, force bool) (*operations.Operation, error)
+	UpdateInstance(ctx context.Context, name string, req api.InstancePatch) (*operations.Operation, error)
 	Exec(ctx context.Context, name string, req api.ExecPost, stdio daemon.ExecIO) (int, error)
 	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
 	ListImages(ctx context.Context) ([]api.Image, error)
@@ -70,11 +71,13 @@ type Server struct {
 	core Core
 	log  *slog.Logger
 	mux  *http.ServeMux
+	// metricsHandler serves GET /1.0/metrics (metrics.go).
+	metricsHandler http.Handler
 }
 
 // New returns the API handler for core.
 func New(core Core, log *slog.Logger) *Server {
-	s := &Server{core: core, log: log, mux: http.NewServeMux()}
+	s := &Server{core: core, log: log, mux: http.NewServeMux(), metricsHandler: newMetricsHandler(core, log)}
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}

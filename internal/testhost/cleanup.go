@@ -102,13 +102,16 @@ func (h *Host) mounts() []string {
 	return out
 }
 
+// cgroupDirs returns the host's cgroups in every hierarchy: the cgroup
+// parent and anything named after it (the control cgroup PARENT-control).
 func (h *Host) cgroupDirs() []string {
 	var out []string
 	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, c := range ctrls {
-		p := filepath.Join(c, h.cgParent)
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
+		for _, p := range []string{filepath.Join(c, h.cgParent), filepath.Join(c, h.cgParent+"-control")} {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
 		}
 	}
 	return out

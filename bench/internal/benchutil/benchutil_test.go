@@ -1,6 +1,10 @@
 package benchutil
 
-import "testing"
+import (
+	"errors"
+	"sync"
+	"testing"
+)
 
 func TestSummarise(t *testing.T) {
 	s := Summarise([]float64{5, 1, 4, 2, 3})
@@ -15,5 +19,28 @@ func TestSummarise(t *testing.T) {
 	}
 	if Ratio(1, 0) != 0 || Ratio(3, 2) != 1.5 {
 		t.Fatal("Ratio")
+	}
+}
+
+func TestParallel(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	running, peak := 0, 0
+	err := Parallel(20, 3, func(i int) error {
+		mu.Lock()
+		seen[i] = true
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		mu.Lock()
+		running--
+		mu.Unlock()
+		if i == 7 {
+			return errors.New("seven")
+		}
+		return nil
+	})
+	if len(seen) != 20 || peak > 3 || err == nil || err.Error() != "seven" {
+		t.Fatalf("seen %d, peak %d, err %v", len(seen), peak, err)
 	}
 }

@@ -5,12 +5,14 @@ package benchutil
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -79,4 +81,23 @@ func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// Parallel runs fn(0..n-1) with at most conc calls at a time and returns
+// the errors joined.
+func Parallel(n, conc int, fn func(i int) error) error {
+	sem := make(chan struct{}, max(conc, 1))
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/cgroups"
+)
+
+// Limits (limits.* keys) live in the container's cgroup, PARENT/NAME. At
+// start the daemon creates that cgroup and writes the limits before runc
+// puts init in it (runc's own spec carries no limits, so it writes none),
+// so no process of the container ever runs unlimited. A running
+// container's limits change through UpdateInstance.
+
+// limitsFor converts a configuration to cgroup limits for the pool's
+// devices. Disk limits need the devices; other limits do not.
+func (d *Daemon) limitsFor(ctx context.Context, cfg map[string]string) (cgroups.Resources, error) {
+	devs, err := d.storage.BlockDevices(ctx)
+	if hasDiskLimits(cfg) {
+		if err != nil {
+			return cgroups.Resources{}, errorf(ErrConflict, "disk limits need the storage pool's block devices: %v", err)
+		}
+		if len(devs) == 0 {
+			return cgroups.Resources{}, errorf(ErrConflict, "disk limits: the storage pool is on no block device")
+		}
+	} else if err != nil {
+		devs = nil // nothing to limit or remove
+	}
+	return resourcesFromConfig(cfg, devs)
+}
+
+// applyLimits creates an instance's cgroup if needed and writes the limits
+// of cfg to it (all of them: keys absent from cfg remove their limits).
+// A CPU weight below minCPUWeight is raised to it (see startLocked).
+func (d *Daemon) applyLimits(ctx context.Context, name string, cfg map[string]string, minCPUWeight uint64) error {
+	res, err := d.limitsFor(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if w := max(res.CPUWeight, cgroups.DefaultCPUWeight); w < minCPUWeight {
+		res.CPUWeight = minCPUWeight
+	}
+	if res.DiskWeight != 0 {
+		if err := d.ensureBFQ(res.Devices); err != nil {
+			return err
+		}
+	}
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return err
+	}
+	if err := cg.Create(); err != nil {
+		return err
+	}
+	return cg.Set(res)
+}
+
+// ensureBFQ makes BFQ the I/O scheduler of the pool's loop devices, which
+// have none by default, so that disk weights apply there. Loop devices
+// charge their I/O to the issuing cgroup (Linux 5.14+), so BFQ on the loop
+// device sees each container. Other disks are the host's: their scheduler
+// is reported (host info, vessel info NAME), not changed.
+func (d *Daemon) ensureBFQ(devs []cgroups.DeviceLimit) error {
+	for _, dl := range devs {
+		dev := fmt.Sprintf("%d:%d", dl.Major, dl.Minor)
+		if !cgroups.IsLoop(dev) {
+			continue
+		}
+		if err := cgroups.SetScheduler(dev, "bfq"); err != nil {
+			return errorf(ErrConflict, "disk weight: %v", err)
+		}
+	}
+	return nil
+}
+
+// resetLoopSchedulers gives the pool's loop devices back the kernel's
+// default scheduler before the pool is released.
+func (d *Daemon) resetLoopSchedulers(ctx context.Context) {
+	devs, err := d.storage.BlockDevices(ctx)
+	if err != nil {
+		return
+	}
+	for _, dev := range devs {
+		if active, _, err := cgroups.Scheduler(dev); err == nil && active == "bfq" && cgroups.IsLoop(dev) {
+			if err := cgroups.SetScheduler(dev, "none"); err != nil {
+				d.log.Warn("reset I/O scheduler", "device", dev, "err", err)
+			}
+		}
+	}
+}
+
+// storageDevices describes the pool's block devices for host info.
+func (d *Daemon) storageDevices(ctx context.Context) []api.BlockDevice {
+	devs, err := d.storage.BlockDevices(ctx)
+	if err != nil {
+		return nil
+	}
+	out := make([]api.BlockDevice, 0, len(devs))
+	for _, dev := range devs {
+		active, _, _ := cgroups.Scheduler(dev)
+		out = append(out, api.BlockDevice{Device: dev, Name: cgroups.DeviceName(dev), Scheduler: active})
+	}
+	return out
+}
+
+// instanceState converts cgroup usage to the API's live state.
+func instanceState(path string, st cgroups.Stats) *api.InstanceState {
+	out := &api.InstanceState{
+		CPUUsageNS:  st.CPUUsage,
+		MemoryUsage: st.MemoryUsage,
+		MemoryLimit: st.MemoryLimit,
+		Processes:   st.Pids,
+		Cgroup:      path,
+		OOMKills:    st.OOMKills,
+	}
+	for _, io := range st.IO {
+		sched, _, _ := cgroups.Scheduler(io.Device)
+		out.IO = append(out.IO, api.InstanceIO{
+			Device: io.Device, Name: io.Name, Scheduler: sched,
+			ReadBytes: io.ReadBytes, WriteBytes: io.WriteBytes, ReadOps: io.ReadOps, WriteOps: io.WriteOps,
+		})
+	}
+	return out
+}
