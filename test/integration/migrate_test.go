@@ -289,7 +289,7 @@ func fillDisk(t *testing.T, dir string) {
 // stateful one; both arrive, and the stateful one restores on the target.
 func TestMoveWithSnapshots(t *testing.T) {
 	c := newCluster(t)
-	c.OK("launch", "busybox", "alpha:s1")
+	c.OK("launch", "busybox", "alpha:s1", "-c", "limits.memory=256MiB", "-c", "limits.processes=200")
 	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo one > /root/v")
 	c.OK("snapshot", "create", "alpha:s1", "first")
 	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo two > /root/v")
@@ -297,6 +297,13 @@ func TestMoveWithSnapshots(t *testing.T) {
 	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo three > /root/v")
 
 	c.OK("move", "alpha:s1", "beta:", "--live")
+	// Its limits moved with it and hold on the target's cgroup.
+	if st := instanceOn(t, c, "beta:s1").State; st == nil || st.MemoryLimit != 256<<20 {
+		t.Fatalf("memory limit on the target: %+v", st)
+	}
+	if got := c.OK("config", "get", "beta:s1", "limits.processes"); strings.TrimSpace(got) != "200" {
+		t.Fatalf("limits.processes on the target: %q", got)
+	}
 	list := c.OK("snapshot", "list", "beta:s1", "--format", "csv")
 	for _, want := range []string{"first", "second"} {
 		if !strings.Contains(list, want) {
