@@ -92,6 +92,32 @@ func printTiming(cmd *cobra.Command, op *client.Operation, timing bool, format s
 	if format == formatJSON {
 		return printRaw(cmd.OutOrStdout(), formatJSON, t)
 	}
-	fmt.Fprint(cmd.OutOrStdout(), t.Table())
+	fmt.Fprint(cmd.OutOrStdout(), timingTable(t))
 	return nil
+}
+
+// timingTable renders a migration's report the way `vzmigrate -t` printed
+// it: the phases the container was frozen for, and their total.
+func timingTable(t migration.Timing) string {
+	var b strings.Builder
+	row := func(name string, secs float64, bytes int64) {
+		if bytes > 0 {
+			fmt.Fprintf(&b, "%-26s %8.3f s  %10s\n", name+":", secs, humanBytes(uint64(bytes)))
+		} else {
+			fmt.Fprintf(&b, "%-26s %8.3f s\n", name+":", secs)
+		}
+	}
+	fmt.Fprintf(&b, "Timing (%s):\n", t.Mode)
+	row(fmt.Sprintf("precopy (%d iterations)", t.PrecopyIterations), t.Precopy, t.PrecopyBytes)
+	row("suspend+dump", t.SuspendDump, 0)
+	row("copy after suspend", t.CopyAfterSuspend, t.AfterSuspendBytes)
+	row("copy dump", t.CopyDump, t.DumpBytes)
+	row("undump+resume", t.UndumpResume, 0)
+	b.WriteString(strings.Repeat("-", 48) + "\n")
+	row("total frozen", t.FrozenTotal, 0)
+	if t.Postcopy > 0 || t.PostcopyBytes > 0 {
+		row("post-copy (after resume)", t.Postcopy, t.PostcopyBytes)
+	}
+	row("total", t.Total, 0)
+	return b.String()
 }

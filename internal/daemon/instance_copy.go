@@ -112,16 +112,9 @@ func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.Ins
 	r.Add(func() { _ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol) })
 	unlockSrc()
 	srcUnlocked = true
-	if err := writeIdentity(d.storage.Path(vol), inst.Name); err != nil {
+	if err := d.finishCreate(ctx, op, inst, req.Start); err != nil {
 		return err
 	}
-	if req.Start {
-		op.SetMetadata(map[string]any{"stage": "start"})
-		if err := d.startLocked(ctx, inst.Name); err != nil {
-			return err
-		}
-	}
 	r.Success()
-	op.SetMetadata(map[string]any{"stage": "done", "ipv4": inst.Address.String()})
 	return nil
 }

@@ -89,16 +89,25 @@ func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.I
 		return fmt.Errorf("create root filesystem: %w", err)
 	}
 	r.Add(func() { _ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol) })
-	if err := writeIdentity(d.storage.Path(vol), inst.Name); err != nil {
+	if err := d.finishCreate(ctx, op, inst, req.Start); err != nil {
 		return err
 	}
-	if req.Start {
+	r.Success()
+	return nil
+}
+
+// finishCreate gives a new container's root filesystem its identity and
+// starts the container if asked; the caller keeps or undoes its work.
+func (d *Daemon) finishCreate(ctx context.Context, op *operations.Operation, inst state.Instance, start bool) error {
+	if err := writeIdentity(d.storage.Path(containerVolume(inst.Name)), inst.Name); err != nil {
+		return err
+	}
+	if start {
 		op.SetMetadata(map[string]any{"stage": "start"})
 		if err := d.startLocked(ctx, inst.Name); err != nil {
 			return err
 		}
 	}
-	r.Success()
 	op.SetMetadata(map[string]any{"stage": "done", "ipv4": inst.Address.String()})
 	return nil
 }

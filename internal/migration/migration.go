@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"time"
 )
 
@@ -180,44 +179,6 @@ type Timing struct {
 	AfterSuspendBytes int64   `json:"copy_after_suspend_bytes"`
 	DumpBytes         int64   `json:"copy_dump_bytes"`
 	PostcopyBytes     int64   `json:"postcopy_bytes"`
-}
-
-// Table renders the report the way `vzmigrate -t` printed it.
-func (t Timing) Table() string {
-	var b strings.Builder
-	row := func(name string, secs float64, bytes int64) {
-		if bytes > 0 {
-			fmt.Fprintf(&b, "%-26s %8.3f s  %10s\n", name+":", secs, humanBytes(bytes))
-		} else {
-			fmt.Fprintf(&b, "%-26s %8.3f s\n", name+":", secs)
-		}
-	}
-	fmt.Fprintf(&b, "Timing (%s):\n", t.Mode)
-	row(fmt.Sprintf("precopy (%d iterations)", t.PrecopyIterations), t.Precopy, t.PrecopyBytes)
-	row("suspend+dump", t.SuspendDump, 0)
-	row("copy after suspend", t.CopyAfterSuspend, t.AfterSuspendBytes)
-	row("copy dump", t.CopyDump, t.DumpBytes)
-	row("undump+resume", t.UndumpResume, 0)
-	b.WriteString(strings.Repeat("-", 48) + "\n")
-	row("total frozen", t.FrozenTotal, 0)
-	if t.Postcopy > 0 || t.PostcopyBytes > 0 {
-		row("post-copy (after resume)", t.Postcopy, t.PostcopyBytes)
-	}
-	row("total", t.Total, 0)
-	return b.String()
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // Seconds converts a duration for the report (millisecond precision).

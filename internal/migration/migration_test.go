@@ -1,0 +1,123 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// pair returns both ends of a session over an in-memory connection.
+func pair(t *testing.T) (*Session, *Session) {
+	t.Helper()
+	a, b := net.Pipe()
+	srv := make(chan *Session, 1)
+	go func() {
+		s, err := Server(context.Background(), b)
+		if err != nil {
+			t.Error(err)
+		}
+		srv <- s
+	}()
+	c, err := Client(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server accepts the control stream once something is sent on it.
+	if err := c.Send(Hello{Version: Version, Source: "alpha"}); err != nil {
+		t.Fatal(err)
+	}
+	s := <-srv
+	t.Cleanup(func() { c.Close(); s.Close() })
+	var h Hello
+	if err := s.Recv(context.Background(), &h); err != nil || h.Source != "alpha" || h.Version != Version {
+		t.Fatalf("hello: %+v %v", h, err)
+	}
+	return c, s
+}
+
+func TestSessionMessagesAndStreams(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, s := pair(t)
+
+	// A typed data stream carries its header, then its bytes.
+	go func() {
+		st, err := c.OpenStream(StreamHeader{Kind: StreamPage, Name: "pages-1.img"})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_, _ = st.Write([]byte("page data"))
+		st.Close()
+	}()
+	st, h, err := s.AcceptStream(ctx)
+	if err != nil || h.Kind != StreamPage || h.Name != "pages-1.img" {
+		t.Fatalf("accept: %+v %v", h, err)
+	}
+	b, _ := io.ReadAll(st)
+	if string(b) != "page data" {
+		t.Fatalf("stream data %q", b)
+	}
+
+	// Control messages both ways; a peer's error arrives as ErrRemote.
+	if err := s.Send(Message{Type: MsgDiskSynced, Bytes: 42}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Expect(ctx, MsgDiskSynced); err != nil || m.Bytes != 42 {
+		t.Fatalf("expect: %+v %v", m, err)
+	}
+	s.SendError(errors.New("disk full"))
+	if _, err := c.Expect(ctx, MsgResumed); !errors.Is(err, ErrRemote) {
+		t.Fatalf("peer error: %v", err)
+	}
+	if err := s.Send(Message{Type: MsgCommit}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Expect(ctx, MsgResumed); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("out of order message: %v", err)
+	}
+
+	// A vanished peer ends Recv and closes the session.
+	s.Close()
+	var m Message
+	if err := c.Recv(ctx, &m); err == nil {
+		t.Fatal("Recv after the peer closed succeeded")
+	}
+	select {
+	case <-c.Closed():
+	case <-ctx.Done():
+		t.Fatal("session not closed after the peer went away")
+	}
+}
+
+func TestDirRoundTrip(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	for name, data := range map[string]string{"core-1.img": "core", "pstree.img": "tree"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(src, "subdir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r, w := io.Pipe()
+	go func() {
+		_, err := SendDir(w, src)
+		w.CloseWithError(err)
+	}()
+	n, err := ReceiveDir(r, dst)
+	if err != nil || n != 8 {
+		t.Fatalf("ReceiveDir = %d, %v", n, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "pstree.img")); string(b) != "tree" {
+		t.Fatalf("pstree.img = %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "subdir")); err == nil {
+		t.Fatal("a directory travelled in an image stream")
+	}
+}
