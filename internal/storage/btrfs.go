@@ -161,14 +161,7 @@ func (d *btrfsDriver) DeleteVolume(ctx context.Context, vol Volume) error {
 // delete). Extents the volume shares with its origin or clones are counted
 // fully.
 func (d *btrfsDriver) VolumeUsage(ctx context.Context, vol Volume) (uint64, error) {
-	if err := validateVolume(vol); err != nil {
-		return 0, err
-	}
-	path := d.Path(vol)
-	if err := checkExisting(vol, path); err != nil {
-		return 0, fmt.Errorf("volume usage: %w", err)
-	}
-	return treeUsage(ctx, path)
+	return volumeUsage(ctx, d.root, vol)
 }
 
 // PoolUsage implements Driver from "btrfs filesystem usage": Total is the

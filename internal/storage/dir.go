@@ -177,14 +177,7 @@ func (d *dirDriver) stage(prefix string) (string, error) {
 
 // VolumeUsage implements Driver with a du-like walk of the volume.
 func (d *dirDriver) VolumeUsage(ctx context.Context, vol Volume) (uint64, error) {
-	if err := validateVolume(vol); err != nil {
-		return 0, err
-	}
-	path := d.Path(vol)
-	if err := checkExisting(vol, path); err != nil {
-		return 0, fmt.Errorf("volume usage: %w", err)
-	}
-	return treeUsage(ctx, path)
+	return volumeUsage(ctx, d.root, vol)
 }
 
 // PoolUsage implements Driver with the usage of the filesystem holding

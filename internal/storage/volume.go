@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -168,4 +169,17 @@ func checkExisting(vol Volume, path string) error {
 		return fmt.Errorf("%s: %w", vol, ErrVolumeNotFound)
 	}
 	return nil
+}
+
+// volumeUsage is VolumeUsage for a pool rooted at root: a du-like walk of
+// the volume's tree.
+func volumeUsage(ctx context.Context, root string, vol Volume) (uint64, error) {
+	if err := validateVolume(vol); err != nil {
+		return 0, err
+	}
+	path := volumePath(root, vol)
+	if err := checkExisting(vol, path); err != nil {
+		return 0, fmt.Errorf("volume usage: %w", err)
+	}
+	return treeUsage(ctx, path)
 }
