@@ -397,7 +397,7 @@ func TestCheckpointRestore(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	id := "cr1"
-	bundle := e.bundle(id, "/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; echo tick $i; sleep 0.1; done")
+	bundle := e.bundle(id, "/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; echo tick $i; sleep 0.1; done")
 	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestCheckpointRestore(t *testing.T) {
 		if err != nil || code != 0 {
 			t.Fatalf("read count: %d %v", code, err)
 		}
-		n, _ := strconv.Atoi(strings.TrimSpace(out.String())) // 0 while being rewritten
+		n, _ := strconv.Atoi(strings.TrimSpace(out.String())) // 0 before the first write
 		return n
 	}
 	waitFor(t, "the counter to reach 5", func() bool { return count() >= 5 })

@@ -41,7 +41,9 @@ func startWorkload(t *testing.T, c *testhost.Cluster, ref string) *workload {
 	bg := func(script string) {
 		c.OK("exec", ref, "--", "sh", "-c", "setsid sh -c '"+script+"' </dev/null >/dev/null 2>&1 &")
 	}
-	bg(`i=0; while :; do i=$((i+1)); echo $i > /tmp/count; usleep 20000; done`)
+	// The counter lives in the shell's memory; the file shows it, replaced
+	// whole by a rename so that a reader never sees it half written.
+	bg(`i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; usleep 20000; done`)
 	bg(`n=0; while :; do n=$((n+1)); echo "line $n" >> /root/log; usleep 20000; done`)
 	bg(`nc -ll -p 7000 -e cat`)
 	inst := instanceOn(t, c, ref)
@@ -70,7 +72,9 @@ func (w *workload) check(ref string) {
 	}
 	w.count = n
 	// The file holds every line once, in order.
-	lines := strings.Split(strings.TrimSpace(w.c.OK("exec", ref, "--", "cat", "/root/log")), "\n")
+	// (A line being appended as we read may be cut: only whole lines count.)
+	log := w.c.OK("exec", ref, "--", "cat", "/root/log")
+	lines := strings.Split(strings.TrimSpace(log[:strings.LastIndexByte(log, '\n')+1]), "\n")
 	for i, l := range lines {
 		if l != fmt.Sprintf("line %d", i+1) {
 			w.t.Fatalf("log file on %s broken at line %d: %q", ref, i+1, l)

@@ -182,11 +182,11 @@ func TestSnapshotBadInput(t *testing.T) {
 func (h *host) startCounter(name string) {
 	h.t.Helper()
 	h.OK("exec", name, "--", "sh", "-c",
-		`setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/count; sleep 0.05; done' </dev/null >/dev/null 2>&1 &`)
+		`setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/count.new; mv /root/count.new /root/count; sleep 0.05; done' </dev/null >/dev/null 2>&1 &`)
 	eventually(h.t, "the counter to start", func() bool { return h.count(name) > 0 })
 }
 
-// count reads the counter (0 while the file is being rewritten).
+// count reads the counter (0 if the exec fails).
 func (h *host) count(name string) int {
 	h.t.Helper()
 	r := h.Vessel("exec", name, "--", "cat", "/root/count")
