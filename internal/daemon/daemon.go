@@ -152,6 +152,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.reattach(ctx); err != nil {
 		return nil, err
 	}
+	d.recoverMigrations()
 	return d, nil
 }
 

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Fault injection for tests: vesseld --fault POINT=ACTION makes the daemon
@@ -14,13 +17,18 @@ import (
 //	migrate.target.recv-disk       the target receives a disk transfer
 //	migrate.target.before-restore  the target is told to start the container
 //	migrate.target.restore         the target restores the container
+//	migrate.source.frozen          the source has checkpointed the container
+//	migrate.source.started         the source has told the target to start it
 //
 // Actions: "cut" closes the migration connection abruptly (a vanished
-// peer), "fail" reports an error to the peer.
+// peer), "fail" reports an error to the peer, "crash" kills the daemon
+// (SIGKILL, so nothing of it runs on the way out).
 const (
 	faultRecvDisk      = "migrate.target.recv-disk"
 	faultBeforeRestore = "migrate.target.before-restore"
 	faultRestore       = "migrate.target.restore"
+	faultSourceFrozen  = "migrate.source.frozen"
+	faultSourceStarted = "migrate.source.started"
 )
 
 // ParseFaults turns POINT=ACTION strings into Config.Faults.
@@ -28,8 +36,8 @@ func ParseFaults(specs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, s := range specs {
 		p, a, ok := strings.Cut(s, "=")
-		if !ok || (a != "cut" && a != "fail") {
-			return nil, errorf(ErrInvalid, "bad fault %q (want POINT=cut|fail)", s)
+		if !ok || (a != "cut" && a != "fail" && a != "crash") {
+			return nil, errorf(ErrInvalid, "bad fault %q (want POINT=cut|fail|crash)", s)
 		}
 		out[p] = a
 	}
@@ -43,6 +51,17 @@ func (d *Daemon) fault(point string) string {
 		d.log.Warn("injecting fault", "point", point, "action", a)
 	}
 	return a
+}
+
+// crashAt kills the daemon at point if a "crash" fault is injected there.
+// It waits a moment first, so that messages already sent leave the host.
+func (d *Daemon) crashAt(point string) {
+	if d.fault(point) != "crash" {
+		return
+	}
+	time.Sleep(200 * time.Millisecond)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }
 
 // injected is the error of a "fail" fault.

@@ -95,6 +95,11 @@ type outgoing struct {
 	linkDown bool
 	// downSince is when a cold move stopped the container.
 	downSince time.Time
+	// journal records the move's progress for a daemon restarted in the
+	// middle (see migrationJournal); unsettled means the outcome is unknown
+	// and left to settleOutgoing.
+	journal   migrationJournal
+	unsettled bool
 }
 
 func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name string, peer state.Peer, req api.InstanceMigratePost) (err error) {
@@ -120,6 +125,12 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 	defer m.cleanup()
 
 	wasRunning := d.liveOf(name) != nil
+	m.journal = migrationJournal{Role: journalSource, Peer: req.TargetFingerprint, Name: req.Name, Live: req.Live,
+		Copy: req.Copy, Start: wasRunning && !req.Copy, WasRunning: wasRunning && !req.Live && !req.Copy,
+		Phase: journalTransfer, Started: start}
+	if err := m.note(); err != nil {
+		return err
+	}
 	if wasRunning && !req.Live && !req.Copy {
 		// Cold move: stop first; a failure starts it again here. The
 		// downtime runs from here until it runs on the target.
@@ -204,7 +215,7 @@ func (m *outgoing) cold(ctx context.Context, freeze bool) error {
 		m.thaw()
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
-	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
+	if err := m.startOnTarget(); err != nil {
 		return err
 	}
 	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
@@ -274,6 +285,13 @@ func (m *outgoing) live(ctx context.Context) error {
 			dump.abort()
 		}
 	}()
+	if lazy {
+		m.journal.PageServer = dump.pageServer
+		if err := m.note(); err != nil {
+			return err
+		}
+	}
+	d.crashAt(faultSourceFrozen)
 	m.timing.SuspendDump = migration.Seconds(time.Since(freezeAt))
 	if disk.err != nil {
 		return disk.err
@@ -292,7 +310,7 @@ func (m *outgoing) live(ctx context.Context) error {
 	if lazy {
 		go m.servePages(ctx, dump.pageServer)
 	}
-	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
+	if err := m.startOnTarget(); err != nil {
 		return err
 	}
 	if err := m.awaitResumed(ctx); err != nil {
@@ -353,9 +371,10 @@ func (m *outgoing) awaitResumed(ctx context.Context) error {
 		}
 		time.Sleep(time.Second)
 	}
-	// Unknown: never run it in two places. It stays frozen here.
-	m.frozen = false // do not thaw in cleanup
-	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %s is left FROZEN on this host to avoid running it twice; check the target, then delete or thaw it: %w", m.name, err)
+	// Unknown: never run it in two places. It stays frozen here (and cut
+	// off) until the target answers; settleOutgoing keeps asking.
+	m.frozen, m.linkDown, m.unsettled = false, false, true
+	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %s stays FROZEN on this host until the target answers, then runs in exactly one place: %w", m.name, err)
 }
 
 // sendSnapshots sends the instance's snapshots, oldest first, each disk as
@@ -591,13 +610,19 @@ func (r *dumpRun) abort() {
 	if r.finished || r.pageServer == "" {
 		return
 	}
-	if c, err := net.DialTimeout("tcp", r.pageServer, 5*time.Second); err == nil {
-		c.Close()
-	}
+	r.hangUp()
 	select {
 	case r.result = <-r.done:
 		r.finished = true
 	case <-time.After(30 * time.Second):
+	}
+}
+
+// hangUp connects to the page server and closes at once: the page server
+// takes it as a lazy-pages client that has everything, and ends.
+func (r *dumpRun) hangUp() {
+	if c, err := net.DialTimeout("tcp", r.pageServer, 5*time.Second); err == nil {
+		c.Close()
 	}
 }
 
@@ -717,33 +742,88 @@ func (m *outgoing) servePages(ctx context.Context, addr string) {
 // commit ends the move on the source: the container runs on the target
 // now, so the source copy (frozen, or stopped) goes.
 func (m *outgoing) commit(ctx context.Context) error {
-	d := m.d
 	m.committed = true
 	m.frozen = false
 	if !m.req.Copy {
-		if run := d.liveOf(m.name); run != nil {
-			if err := d.rt.Kill(ctx, m.name); err != nil {
-				d.log.Warn("kill migrated container", "name", m.name, "err", err)
-			}
-			select {
-			case <-run.exited:
-			case <-time.After(killGrace):
-			}
-			if err := d.cleanupStopped(ctx, m.name, run, false); err != nil {
-				d.log.Warn("cleanup migrated container", "name", m.name, "err", err)
-			}
+		if err := m.sendLogs(); err != nil {
+			m.d.log.Warn("console log not carried to the target", "name", m.name, "err", err)
 		}
-		if err := d.deleteLocked(ctx, m.name, false); err != nil {
-			d.log.Error("delete the source copy of a moved container", "name", m.name, "err", err)
-		}
+		m.d.dropMovedSource(ctx, m.name)
 	}
+	m.d.removeJournal(m.name)
 	_ = m.sess.Send(migration.Message{Type: migration.MsgCommit})
 	return nil
+}
+
+// sendLogs sends the console log written here (the rotated file, then the
+// current one): the target keeps it before what the container writes there.
+func (m *outgoing) sendLogs() error {
+	if err := m.sess.Send(migration.Message{Type: migration.MsgLogs}); err != nil {
+		return err
+	}
+	st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamLogs})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	path := m.d.cfg.logPath(m.name)
+	for _, p := range []string{path + ".1", path} {
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		_, err = io.Copy(st, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropMovedSource deletes the source copy of a container that now runs on
+// its target (killing the frozen original first).
+func (d *Daemon) dropMovedSource(ctx context.Context, name string) {
+	if run := d.liveOf(name); run != nil {
+		if err := d.rt.Kill(ctx, name); err != nil {
+			d.log.Warn("kill migrated container", "name", name, "err", err)
+		}
+		select {
+		case <-run.exited:
+		case <-time.After(killGrace):
+		}
+		if err := d.cleanupStopped(ctx, name, run, false); err != nil {
+			d.log.Warn("cleanup migrated container", "name", name, "err", err)
+		}
+	}
+	if err := d.deleteLocked(ctx, name, false); err != nil {
+		d.log.Error("delete the source copy of a moved container", "name", name, "err", err)
+	}
 }
 
 // cleanup runs at the end whatever happened: thaw a container still frozen
 // by a failed migration and drop the pre-copy snapshots.
 func (m *outgoing) cleanup() {
+	if m.unsettled {
+		j := m.journal
+		j.PageServer = "" // aborted already
+		if err := m.d.writeJournal(m.name, j, false); err != nil {
+			m.d.log.Error("migration journal", "name", m.name, "err", err)
+		}
+		go func() {
+			unlock, err := m.d.lockInstance(m.d.ctx, m.name)
+			if err != nil {
+				return
+			}
+			defer unlock()
+			defer m.d.setBusy(m.name, StatusMigrating)()
+			m.d.settleOutgoing(m.d.ctx, m.name, j)
+		}()
+	} else if !m.committed {
+		m.d.removeJournal(m.name)
+	}
 	if m.linkDown && !m.committed {
 		if err := m.d.net.SetHostLink(m.name, true); err != nil {
 			m.d.log.Error("network unlock after failed migration", "name", m.name, "err", err)
@@ -753,6 +833,23 @@ func (m *outgoing) cleanup() {
 	for _, s := range m.snaps {
 		_ = m.d.storage.DeleteVolume(context.Background(), s)
 	}
+}
+
+// note writes the move's journal (see migrationJournal).
+func (m *outgoing) note() error { return m.d.writeJournal(m.name, m.journal, false) }
+
+// startOnTarget tells the target to start the container: from here on,
+// whether it runs there can only be known by asking.
+func (m *outgoing) startOnTarget() error {
+	m.journal.Phase = journalRestoring
+	if err := m.note(); err != nil {
+		return err
+	}
+	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
+		return err
+	}
+	m.d.crashAt(faultSourceStarted)
+	return nil
 }
 
 func freePort() (int, error) {

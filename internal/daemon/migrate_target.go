@@ -76,7 +76,7 @@ type incoming struct {
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
 	// as they arrive (pageSink) and recorded in pagesDone.
-	diskCh, imagesCh chan net.Conn
+	diskCh, imagesCh, logsCh chan net.Conn
 	pageSink         *imgstream.DirSink
 	pagesMu          sync.Mutex
 	pagesDone        map[string]error
@@ -117,6 +117,13 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	defer release()
 	d.setBusy(name, StatusMigrating)
 
+	// The journal goes last, after the revert has removed what came.
+	journaled := false
+	defer func() {
+		if journaled {
+			d.removeJournal(name)
+		}
+	}()
 	r := revert.New()
 	defer r.Fail()
 	inst := fromWire(hello.Instance)
@@ -124,8 +131,13 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		return err
 	}
 	r.Add(func() { _ = d.state.DeleteInstance(name) })
+	if err := d.writeJournal(name, migrationJournal{Role: journalTarget, Peer: peer, Name: name, Live: hello.Live,
+		Start: hello.Start, Phase: journalTransfer, Started: time.Now()}, true); err != nil {
+		return err
+	}
+	journaled = true
 	m := &incoming{d: d, op: op, sess: sess, hello: hello, name: name,
-		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4),
+		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4), logsCh: make(chan net.Conn, 1),
 		pagesDone: map[string]error{}, pagesChanged: make(chan struct{})}
 	dir := d.migrationDir(name)
 	_ = os.RemoveAll(dir)
@@ -284,6 +296,8 @@ func (m *incoming) dispatch(ctx context.Context) {
 			m.diskCh <- st
 		case migration.StreamImages:
 			m.imagesCh <- st
+		case migration.StreamLogs:
+			m.logsCh <- st
 		case migration.StreamPage:
 			go m.receivePage(ctx, st, h.Name)
 		default:
@@ -431,6 +445,9 @@ func (m *incoming) start(ctx context.Context, r *revert.Reverter) error {
 		}
 	}
 	r.Success()
+	// Complete here: the journal goes before the source hears it, so a
+	// crash from now on never deletes what the source deletes too.
+	d.removeJournal(m.name)
 	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
 }
 
@@ -526,17 +543,59 @@ func (m *incoming) finish(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := m.sess.Expect(cctx, migration.MsgCommit); err != nil {
-		d.log.Warn("migration: no commit from the source (the container runs here)", "name", m.name, "err", err)
+	for {
+		var msg migration.Message
+		err := m.sess.Recv(cctx, &msg)
+		if err == nil && msg.Type == migration.MsgLogs {
+			if err := m.receiveLogs(cctx); err != nil {
+				d.log.Warn("migration: console log from the source not kept", "name", m.name, "err", err)
+			}
+			continue
+		}
+		if err == nil {
+			err = migration.Expect(msg, migration.MsgCommit)
+		}
+		if err != nil {
+			d.log.Warn("migration: no commit from the source (the container runs here)", "name", m.name, "err", err)
+		}
+		break
 	}
 	m.op.SetMetadata(map[string]any{"phase": "done"})
 	return nil
+}
+
+// receiveLogs keeps the source's console log as the rotated file, which the
+// log reader shows before the current one (what the container writes here).
+func (m *incoming) receiveLogs(ctx context.Context) error {
+	st, err := m.nextStream(ctx, m.logsCh)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	path := m.d.cfg.logPath(m.name) + ".1"
+	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, st)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err != nil {
+		_ = os.Remove(path + ".tmp")
+	}
+	return err
 }
 
 // injectFault acts out a fault injected at point (tests): "cut" drops the
 // connection like a vanished peer, "fail" reports an error.
 func (m *incoming) injectFault(point string) error {
 	switch m.d.fault(point) {
+	case "crash":
+		m.d.crashAt(point)
 	case "cut":
 		m.sess.Close()
 		return injected(point)

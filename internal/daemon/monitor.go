@@ -119,9 +119,15 @@ func (d *Daemon) reattach(ctx context.Context) error {
 			continue
 		}
 		status, pid, err := d.rt.State(ctx, inst.Name)
-		if err == nil && status == runtime.StatusRunning {
+		// Paused: frozen by a snapshot or a move the daemon did not live
+		// to finish; alive all the same.
+		if err == nil && (status == runtime.StatusRunning || status == runtime.StatusPaused) {
 			if _, err := d.track(inst.Name, runtime.Process{InitPid: pid}); err == nil {
-				d.thawLeftover(inst.Name)
+				// A container frozen by an interrupted move may run on
+				// its target by now: recoverMigrations decides.
+				if j, ok := d.readJournal(inst.Name); !ok || j.Role != journalSource {
+					d.thawLeftover(inst.Name)
+				}
 				d.log.Info("reattached running container", "name", inst.Name, "pid", pid)
 				// Limits are in the kernel already; writing them again
 				// repairs an update a crashed daemon left half-done.

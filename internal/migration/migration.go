@@ -31,7 +31,7 @@ import (
 
 // Version is the migration protocol's version. A target refuses a Hello of
 // another major version.
-const Version = 1
+const Version = 2
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -146,6 +146,7 @@ const (
 	MsgStart      = "start"       // source: make the container run (restore or start)
 	MsgResumed    = "resumed"     // target: the container runs on the target
 	MsgPagesDone  = "pages-done"  // target: post-copy finished, every page arrived
+	MsgLogs       = "logs"        // source: the console log so far follows on a new stream
 	MsgCommit     = "commit"      // source: the source copy is gone; the move is done
 	MsgError      = "error"       // either: abort, with a reason
 )

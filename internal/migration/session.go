@@ -120,6 +120,8 @@ const (
 	// StreamPageServer tunnels a lazy-pages connection to the source's page
 	// server (opened by the target).
 	StreamPageServer = "page-server"
+	// StreamLogs carries the console log written on the source.
+	StreamLogs = "logs"
 )
 
 // StreamHeader opens every data stream: what it carries.

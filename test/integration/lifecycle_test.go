@@ -41,10 +41,15 @@ func (h *host) instance(name string) api.Instance {
 // an exit) are asynchronous. Not a timing assertion: only a bound.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	eventuallyWithin(t, 30*time.Second, what, cond)
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

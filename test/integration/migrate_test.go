@@ -122,6 +122,12 @@ func TestLiveMigrationRoundTrips(t *testing.T) {
 	c.OK("launch", "busybox", "alpha:w1")
 	addr := instanceOn(t, c, "alpha:w1").IPv4
 	w := startWorkload(t, c, "alpha:w1")
+	// The console log (init's boot output) moves with the container.
+	var boot string
+	eventually(t, "boot output in the console log", func() bool {
+		boot = c.OK("console", "alpha:w1")
+		return strings.Contains(boot, "w1")
+	})
 	hosts := []string{"alpha", "beta"}
 	for i := 0; i < 20; i++ {
 		from, to := hosts[i%2], hosts[(i+1)%2]
@@ -146,6 +152,9 @@ func TestLiveMigrationRoundTrips(t *testing.T) {
 			t.Fatalf("move %d: w1 on %s: %+v (address was %s)", i, to, inst, addr)
 		}
 		w.check(to + ":w1")
+		if log := c.OK("console", to+":w1"); !strings.HasPrefix(log, boot) {
+			t.Fatalf("move %d: console log on %s lost the boot output:\n%s", i, to, log)
+		}
 	}
 	for _, h := range c.Hosts {
 		left, _ := filepath.Glob(filepath.Join(h.Root(), "storage-pools/default/snapshots/w1/.migrate-*"))
