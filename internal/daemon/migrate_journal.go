@@ -39,7 +39,7 @@ type migrationJournal struct {
 	// Name is the instance's name on the target (the source's may differ).
 	Name  string `json:"name"`
 	Live  bool   `json:"live,omitempty"`
-	Copy  bool   `json:"copy,omitempty"` // a copy: the source copy always stays
+	Copy  bool   `json:"copy,omitempty"`  // a copy: the source copy always stays
 	Start bool   `json:"start,omitempty"` // the container is to run on the target
 	// Phase is journalTransfer until the target is told to start the
 	// container, then journalRestoring.
@@ -61,7 +61,7 @@ const (
 	journalRetry = 10 * time.Second
 )
 
-func (c *Config) journalDir() string              { return filepath.Join(c.Root, "migrations") }
+func (c *Config) journalDir() string             { return filepath.Join(c.Root, "migrations") }
 func (c *Config) journalPath(name string) string { return filepath.Join(c.journalDir(), name+".json") }
 
 // writeJournal records j for instance name, replacing the file whole.

@@ -77,10 +77,10 @@ type incoming struct {
 	// for the control message that announces them; page files are stored
 	// as they arrive (pageSink) and recorded in pagesDone.
 	diskCh, imagesCh, logsCh chan net.Conn
-	pageSink         *imgstream.DirSink
-	pagesMu          sync.Mutex
-	pagesDone        map[string]error
-	pagesChanged     chan struct{}
+	pageSink                 *imgstream.DirSink
+	pagesMu                  sync.Mutex
+	pagesDone                map[string]error
+	pagesChanged             chan struct{}
 }
 
 func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
