@@ -176,13 +176,17 @@ func (r *Runtime) moveShim(id string, pid int) {
 }
 
 // checkFree fails with ErrExists when runc or a live shim has container id.
+// runc knows a container by its state file: without one, there is no need
+// to run `runc state` (an exec of a few ms on every start and restore).
 func (r *Runtime) checkFree(ctx context.Context, id string) error {
-	st, _, err := r.State(ctx, id)
-	if err != nil {
-		return err
-	}
-	if st != StatusUnknown {
-		return fmt.Errorf("%w: %s is %s", ErrExists, id, st)
+	if shim.RuncHasState(r.cfg.Root, id) {
+		st, _, err := r.State(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st != StatusUnknown {
+			return fmt.Errorf("%w: %s is %s", ErrExists, id, st)
+		}
 	}
 	if fd, err := r.openShim(id); err == nil {
 		closeFd(fd)

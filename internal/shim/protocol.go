@@ -195,3 +195,12 @@ func WriteFileAtomic(path string, v any) error {
 	}
 	return nil
 }
+
+// RuncHasState reports whether runc (with --root root) may have a container
+// id: runc keeps each container's state in ROOT/ID/state.json, and without
+// that file `runc state` answers "does not exist". An error other than "not
+// there" counts as maybe (the caller then asks runc).
+func RuncHasState(root, id string) bool {
+	_, err := os.Stat(filepath.Join(root, id, "state.json"))
+	return !errors.Is(err, os.ErrNotExist)
+}

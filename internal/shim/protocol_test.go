@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -25,5 +26,24 @@ func TestConfigRoundTrip(t *testing.T) {
 	WriteConfig(dir, c)
 	if _, err := ReadConfig(filepath.Join(dir, ConfigFile)); err == nil {
 		t.Error("newer version accepted")
+	}
+}
+
+func TestRuncHasState(t *testing.T) {
+	root := t.TempDir()
+	if RuncHasState(root, "c1") {
+		t.Fatal("no state directory, yet RuncHasState says yes")
+	}
+	if err := os.MkdirAll(filepath.Join(root, "c1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if RuncHasState(root, "c1") {
+		t.Fatal("a directory without state.json is no container")
+	}
+	if err := os.WriteFile(filepath.Join(root, "c1", "state.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !RuncHasState(root, "c1") {
+		t.Fatal("state.json present, yet RuncHasState says no")
 	}
 }

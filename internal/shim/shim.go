@@ -93,8 +93,10 @@ func start(cfgPath string) (*shim, error) {
 // launch runs runc with fresh stdio pipes and reads init's pid.
 func (s *shim) launch() error {
 	ctx := context.Background()
-	if _, err := s.runc.State(ctx, s.cfg.ID); err == nil {
-		return fmt.Errorf("runc already has a container %q", s.cfg.ID)
+	if RuncHasState(s.cfg.Root, s.cfg.ID) {
+		if _, err := s.runc.State(ctx, s.cfg.ID); err == nil {
+			return fmt.Errorf("runc already has a container %q", s.cfg.ID)
+		}
 	}
 	stdio, err := s.openStdio()
 	if err != nil {
