@@ -6,7 +6,7 @@
 #   * CRIU 4.1.1 built from Debian's source tarball into /usr/local (Debian 12's
 #     criu 3.17 fails on current kernels: vDSO layout), with vessel's patches
 #     from scripts/criu-patches applied (a stamp records which), unless the
-#     installed CRIU is already that build or a 4.2+.
+#     installed CRIU is already that build.
 #   * Kernel tunables: pipe-max-size (CRIU lazy pages need ~3.2 MiB pipes) and
 #     IPv4 forwarding (container NAT).
 #
@@ -77,15 +77,12 @@ criu_stamp() {
 	} | sha256sum | awk '{print $1}'
 }
 
-# criu_current: the installed CRIU is 4.2 or later (which has the fixes
-# the patches carry), or exactly the build this script would make.
+# criu_current: the installed CRIU is exactly the build this script would
+# make. (A newer upstream CRIU has the 6.16 fix but not the frozen-time
+# patches, and every host of a migration must agree on the empty-tmpfs
+# image format: vessel's hosts all run this build.)
 criu_current() {
 	criu_is_4x || return 1
-	local v
-	v=$(criu --version | awk '/^Version/{print $2}')
-	if [ "$(printf '%s\n4.2\n' "$v" | sort -V | head -n1)" = "4.2" ]; then
-		return 0
-	fi
 	[ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(criu_stamp)" ]
 }
 
