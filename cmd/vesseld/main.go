@@ -119,7 +119,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
 	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who does a checkpoint's page I/O: vessel (O_DIRECT writer, read-ahead) or criu (CRIU's own, for comparison)")
 	f.BoolVar(&cfg.KeepMigrationFiles, "keep-migration-files", os.Getenv("VESSEL_KEEP_MIGRATION_FILES") == "1", "keep migrations' checkpoint images and CRIU logs in RUN/migrate-kept (diagnostics)")
-	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail (see internal/daemon/faults.go)")
+	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail|crash (see internal/daemon/faults.go)")
 	_ = f.MarkHidden("fault")
 	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
