@@ -9,9 +9,10 @@
 //     bytes / time from the dump's start until they are durable) and the
 //     stateful restore rate (page bytes / restore time, caches dropped
 //     first);
-//   - each with vessel doing the page I/O (--snapshot-io vessel: O_DIRECT
-//     1 MiB writes, 4 in flight; 10 MiB read-ahead on restore) and with
-//     CRIU doing it alone (--snapshot-io criu: buffered writes, then fsync);
+//   - each with vessel doing the page writes (--snapshot-io vessel: O_DIRECT
+//     1 MiB writes, 4 in flight) and with CRIU doing them alone
+//     (--snapshot-io criu: buffered writes, then fsync); restore is CRIU's
+//     own reads in both (the two restore columns are a noise gauge);
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
 //     pool, interleaved with the runs above.
 //

@@ -71,10 +71,10 @@ type Config struct {
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
 
-	// SnapshotIO says who writes and reads a checkpoint's memory pages:
-	// SnapshotIOVessel (default: vessel's O_DIRECT writer on dump, its
-	// read-ahead on restore) or SnapshotIOCRIU (CRIU alone, then an
-	// fsync; kept to measure the difference).
+	// SnapshotIO says who writes a checkpoint's memory pages:
+	// SnapshotIOVessel (default: vessel's O_DIRECT writer) or
+	// SnapshotIOCRIU (CRIU alone, then an fsync; kept to measure the
+	// difference). On restore CRIU reads them itself either way.
 	SnapshotIO string
 
 	// Faults are injected failures for tests: point -> action (see

@@ -134,65 +134,6 @@ func (ra *readAhead) Close() error {
 	return ra.f.Close()
 }
 
-// Prefetch loads every page file of dir into the page cache, from start
-// to end, so that CRIU finds its pages there on restore: CRIU reads the
-// pages itself (vessel cannot replace those reads when runc drives CRIU),
-// but vessel can run ahead of them with one long sequential request
-// stream, starting while CRIU still sets the container up. Each file is
-// read in windows of DefaultReadAhead: the next window's reads are issued
-// (POSIX_FADV_WILLNEED, no copy through user space) as soon as the
-// previous window has arrived, so one window is always in flight. It
-// returns the bytes loaded.
-func Prefetch(ctx context.Context, dir string) (int64, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "pages-*.img"))
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, p := range names {
-		n, err := prefetchFile(ctx, p, DefaultReadAhead)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("prefetch %s: %w", p, err)
-		}
-	}
-	return total, nil
-}
-
-// prefetchFile loads one file into the page cache, window by window.
-func prefetchFile(ctx context.Context, path string, window int64) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	fd, size := int(f.Fd()), fi.Size()
-	var one [1]byte
-	for off := int64(0); off < size; off += window {
-		if err := ctx.Err(); err != nil {
-			return off, err
-		}
-		if off == 0 {
-			_ = unix.Fadvise(fd, 0, window, unix.FADV_WILLNEED)
-		}
-		// Queue the next window, then wait for this one: reading its last
-		// byte blocks until that page (the last of the window's requests)
-		// has arrived.
-		if next := off + window; next < size {
-			_ = unix.Fadvise(fd, next, window, unix.FADV_WILLNEED)
-		}
-		end := min(off+window, size)
-		if _, err := f.ReadAt(one[:], end-1); err != nil {
-			return off, err
-		}
-	}
-	return size, nil
-}
-
 // WriteTo implements io.WriterTo: whole chunks go to w without a copy.
 func (ra *readAhead) WriteTo(w io.Writer) (int64, error) {
 	var total int64
