@@ -135,19 +135,20 @@ func (d *Daemon) journals() map[string]migrationJournal {
 }
 
 // recoverMigrations settles the migrations a previous daemon left in
-// flight. It runs after reattach; each instance is marked busy at once (so
-// a peer asking about it hears "Migrating") and settled in the background
-// under its lock.
+// flight. It runs after reattach, before the API serves; each instance is
+// locked and marked busy at once (so a peer asking about it hears
+// "Migrating") and settled in the background.
 func (d *Daemon) recoverMigrations() {
 	for name, j := range d.journals() {
 		d.log.Warn("settling a migration interrupted by a daemon restart", "name", name, "role", j.Role, "phase", j.Phase)
+		// Locked here, before the API serves: no request slips in first.
+		unlock, err := d.lockInstance(d.ctx, name)
+		if err != nil {
+			continue
+		}
 		clear := d.setBusy(name, StatusMigrating)
 		go func() {
 			defer clear()
-			unlock, err := d.lockInstance(d.ctx, name)
-			if err != nil {
-				return
-			}
 			defer unlock()
 			if j.Role == journalTarget {
 				d.settleIncoming(d.ctx, name, j)
