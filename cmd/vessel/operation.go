@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vesselhost/vessel/internal/client"
 )
 
 func newOperationCmd(g *globals) *cobra.Command {
@@ -35,11 +37,7 @@ func newOperationCmd(g *globals) *cobra.Command {
 		Short: "Show an operation",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, r, err := connect(args[0])
-			if err != nil {
-				return err
-			}
-			op, err := c.GetOperation(cmd.Context(), r.name)
+			op, err := operationArg(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -51,11 +49,7 @@ func newOperationCmd(g *globals) *cobra.Command {
 		Short: "Cancel an operation",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, r, err := connect(args[0])
-			if err != nil {
-				return err
-			}
-			op, err := c.GetOperation(cmd.Context(), r.name)
+			op, err := operationArg(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -64,4 +58,13 @@ func newOperationCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(list, show, cancel)
 	return cmd
+}
+
+// operationArg fetches the operation an [REMOTE:]ID argument names.
+func operationArg(cmd *cobra.Command, arg string) (*client.Operation, error) {
+	c, r, err := connect(arg)
+	if err != nil {
+		return nil, err
+	}
+	return c.GetOperation(cmd.Context(), r.name)
 }

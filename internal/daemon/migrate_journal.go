@@ -12,6 +12,7 @@ import (
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/shim"
 )
 
 // A migration journal is a small file that says a migration of an instance
@@ -69,31 +70,11 @@ func (c *Config) journalPath(name string) string { return filepath.Join(c.journa
 // (its record does); the source's changes inside the frozen window, where
 // a daemon crash is the case that matters and the page cache suffices.
 func (d *Daemon) writeJournal(name string, j migrationJournal, durable bool) error {
-	if err := os.MkdirAll(d.cfg.journalDir(), 0o700); err != nil {
-		return err
-	}
-	b, err := json.Marshal(j)
-	if err != nil {
-		return err
-	}
-	path := d.cfg.journalPath(name)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil && durable {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := os.MkdirAll(d.cfg.journalDir(), 0o700)
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = shim.WriteJSONAtomic(d.cfg.journalPath(name), j, durable)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("migration journal: %w", err)
 	}
 	return nil
@@ -185,34 +166,30 @@ func (d *Daemon) settleOutgoing(ctx context.Context, name string, j migrationJou
 	if j.PageServer != "" {
 		d.releaseLazyDump(name, j.PageServer)
 	}
-	if j.Phase == journalRestoring && !j.Copy {
-		for {
-			runsThere, err := d.runsOnTarget(ctx, j)
-			if err == nil && runsThere {
-				d.log.Warn("interrupted move: the container runs on the target; removing the source copy", "name", name)
-				d.dropMovedSource(ctx, name)
-				d.dropTransferSnapshots(ctx, name)
-				d.dropMigrationDir(name)
-				d.removeJournal(name)
-				return
-			}
-			if err == nil {
-				break // not there: resume here
-			}
-			d.log.Error("interrupted move: cannot tell whether the container runs on the target; it stays FROZEN here until the target answers",
-				"name", name, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(journalRetry):
-			}
+	runsThere := false
+	for j.Phase == journalRestoring && !j.Copy {
+		var err error
+		if runsThere, err = d.runsOnTarget(ctx, j); err == nil {
+			break
+		}
+		d.log.Error("interrupted move: cannot tell whether the container runs on the target; it stays FROZEN here until the target answers",
+			"name", name, "err", err)
+		select {
+		case <-ctx.Done():
+			return // the journal stays: the next start asks again
+		case <-time.After(journalRetry):
 		}
 	}
-	d.resumeSource(ctx, name, j)
+	if runsThere {
+		d.log.Warn("interrupted move: the container runs on the target; removing the source copy", "name", name)
+		d.dropMovedSource(ctx, name)
+	} else {
+		d.resumeSource(ctx, name, j)
+		d.log.Info("interrupted move: the container resumed on this host", "name", name)
+	}
 	d.dropTransferSnapshots(ctx, name)
 	d.dropMigrationDir(name)
 	d.removeJournal(name)
-	d.log.Info("interrupted move: the container resumed on this host", "name", name)
 }
 
 // runsOnTarget asks a move's target whether the instance is settled there.
@@ -258,7 +235,7 @@ func (d *Daemon) resumeSource(ctx context.Context, name string, j migrationJourn
 // from (a connection that hangs up at once) and waits until CRIU has let go
 // of the container's processes.
 func (d *Daemon) releaseLazyDump(name, addr string) {
-	(&dumpRun{pageServer: addr, done: make(chan error)}).hangUp()
+	hangUp(addr)
 	cg, err := d.instanceCgroup(name)
 	if err != nil {
 		return

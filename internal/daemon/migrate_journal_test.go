@@ -32,7 +32,7 @@ func TestMigrationJournal(t *testing.T) {
 	if len(got) != 2 || got["c1"] != src || got["c3"] != tgt {
 		t.Fatalf("journals = %+v", got)
 	}
-	if left, _ := filepath.Glob(filepath.Join(d.cfg.journalDir(), "*.tmp")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(d.cfg.journalDir(), ".*")); len(left) != 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
 	// An unreadable journal is reported and skipped, not fatal.

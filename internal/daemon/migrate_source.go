@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/client"
 	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/operations"
@@ -354,20 +353,14 @@ func (m *outgoing) awaitResumed(ctx context.Context) error {
 	if errors.Is(err, migration.ErrRemote) || ctx.Err() != nil {
 		return err // the target failed the restore and cleaned up
 	}
-	peer, perr := m.d.peerByFingerprint(m.req.TargetFingerprint)
-	if perr != nil {
-		return err
-	}
 	for i := 0; i < 10; i++ {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		inst, qerr := m.d.peerClient(peer).Instance(qctx, m.req.Name)
-		cancel()
+		runsThere, qerr := m.d.runsOnTarget(context.WithoutCancel(ctx), m.journal)
 		switch {
-		case qerr == nil && inst.Status == api.StatusRunning:
+		case qerr == nil && runsThere:
 			m.d.log.Warn("lost the migration connection after the restore; the container runs on the target", "name", m.name)
 			return nil
-		case qerr == nil || client.StatusCode(qerr) == 404:
-			return err // not running there: resume here
+		case qerr == nil:
+			return err // not there: resume here
 		}
 		time.Sleep(time.Second)
 	}
@@ -610,7 +603,7 @@ func (r *dumpRun) abort() {
 	if r.finished || r.pageServer == "" {
 		return
 	}
-	r.hangUp()
+	hangUp(r.pageServer)
 	select {
 	case r.result = <-r.done:
 		r.finished = true
@@ -618,10 +611,10 @@ func (r *dumpRun) abort() {
 	}
 }
 
-// hangUp connects to the page server and closes at once: the page server
-// takes it as a lazy-pages client that has everything, and ends.
-func (r *dumpRun) hangUp() {
-	if c, err := net.DialTimeout("tcp", r.pageServer, 5*time.Second); err == nil {
+// hangUp connects to a lazy dump's page server and closes at once: the
+// page server takes it as a lazy-pages client that has everything, and ends.
+func hangUp(pageServer string) {
+	if c, err := net.DialTimeout("tcp", pageServer, 5*time.Second); err == nil {
 		c.Close()
 	}
 }

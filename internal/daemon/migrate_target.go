@@ -572,20 +572,13 @@ func (m *incoming) receiveLogs(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	path := m.d.cfg.logPath(m.name) + ".1"
-	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(m.d.cfg.logPath(m.name)+".1", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(f, st)
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(path+".tmp", path)
-	}
-	if err != nil {
-		_ = os.Remove(path + ".tmp")
 	}
 	return err
 }

@@ -169,7 +169,12 @@ func readJSON(path string, v any) error {
 // WriteFileAtomic writes v as JSON to path through a temporary file in the
 // same directory (mode 0600), synced and renamed over path, so readers see
 // either the old or the new content.
-func WriteFileAtomic(path string, v any) error {
+func WriteFileAtomic(path string, v any) error { return WriteJSONAtomic(path, v, true) }
+
+// WriteJSONAtomic is WriteFileAtomic with the fsync optional: without it
+// the file is whole for any reader and survives a crash of the writer, not
+// one of the host.
+func WriteJSONAtomic(path string, v any, durable bool) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
@@ -180,7 +185,7 @@ func WriteFileAtomic(path string, v any) error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(append(b, '\n'))
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

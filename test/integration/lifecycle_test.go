@@ -242,15 +242,16 @@ func TestDaemonRestartKeepsContainers(t *testing.T) {
 	h.OK("start", "dies")
 }
 
-func TestConcurrentLaunches(t *testing.T) {
-	h := newHost(t)
-	const n = 10
+// parallel runs `vessel ARGS... parI` for I in 0..n-1 all at once and
+// reports each failure.
+func (h *host) parallel(n int, args ...string) {
+	h.t.Helper()
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func(i int) {
-			r := h.Vessel("launch", "busybox", fmt.Sprintf("par%d", i))
-			if r.Code != 0 {
-				errs <- fmt.Errorf("par%d: %s", i, r)
+			name := fmt.Sprintf("par%d", i)
+			if r := h.Vessel(append(append([]string{}, args...), name)...); r.Code != 0 {
+				errs <- fmt.Errorf("%s %s: %s", args[0], name, r)
 				return
 			}
 			errs <- nil
@@ -258,9 +259,15 @@ func TestConcurrentLaunches(t *testing.T) {
 	}
 	for i := 0; i < n; i++ {
 		if err := <-errs; err != nil {
-			t.Error(err)
+			h.t.Error(err)
 		}
 	}
+}
+
+func TestConcurrentLaunches(t *testing.T) {
+	h := newHost(t)
+	const n = 10
+	h.parallel(n, "launch", "busybox")
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -284,21 +291,7 @@ func TestConcurrentLaunches(t *testing.T) {
 		}
 	}
 	// Ten deletes at once too.
-	for i := 0; i < n; i++ {
-		go func(i int) {
-			r := h.Vessel("delete", "--force", fmt.Sprintf("par%d", i))
-			if r.Code != 0 {
-				errs <- fmt.Errorf("delete par%d: %s", i, r)
-				return
-			}
-			errs <- nil
-		}(i)
-	}
-	for i := 0; i < n; i++ {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	h.parallel(n, "delete", "--force")
 	if left := h.instances(); len(left) != 0 {
 		t.Fatalf("left after delete: %v", left)
 	}
