@@ -48,6 +48,14 @@ func envUint(key string, def uint64) uint64 {
 	return def
 }
 
+// envBool returns an environment variable's value as a boolean, or def.
+func envBool(key string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
@@ -112,6 +120,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
 	f.StringVar(&cfg.ControlCgroup, "control-cgroup", env("VESSEL_CONTROL_CGROUP", ""), `vesseld's own cgroup (default CGROUP_PARENT-control; "none": stay where started, e.g. in a systemd slice)`)
 	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
+	f.BoolVar(&cfg.FavorDynMods, "cgroup-favordynmods", envBool("VESSEL_CGROUP_FAVORDYNMODS", cfg.FavorDynMods), "turn on the host's cgroup2 favordynmods option: task moves between cgroups (start, exec, restore) skip an RCU grace period, fork and exit cost a little more")
 	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: from PATH)")
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")

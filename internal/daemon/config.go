@@ -60,6 +60,11 @@ type Config struct {
 	// against the containers' parent's default 100; default 1000 (10x).
 	// 0 turns the advantage off: the control cgroup gets 100 too.
 	ControlCPUWeight uint64
+	// FavorDynMods turns on the host's cgroup2 favordynmods root option at
+	// start (see cgroups.FavorDynMods): moving a task between cgroups then
+	// no longer waits for an RCU grace period, at some cost to fork and
+	// exit. It is host-wide and stays on after vesseld exits.
+	FavorDynMods bool
 
 	// Runc, Criu, Shim and Busybox are the external binaries used (empty:
 	// looked up in PATH, or next to vesseld for the shim).
@@ -128,6 +133,7 @@ func DefaultConfig() Config {
 		CgroupParent:  DefaultCgroupParent,
 		// ControlCgroup follows CgroupParent (see fill).
 		ControlCPUWeight: DefaultControlCPUWeight,
+		FavorDynMods:     true,
 		Busybox:          DefaultBusybox,
 		StopTimeout:      DefaultStopTimeout,
 		SnapshotIO:       SnapshotIOVessel,

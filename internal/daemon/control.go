@@ -90,3 +90,18 @@ func (d *Daemon) controlPlane() api.ControlPlane {
 func (d *Daemon) startCPUWeight() uint64 {
 	return d.cfg.ControlCPUWeight
 }
+
+// favorDynMods turns on cgroup2's favordynmods (see Config.FavorDynMods).
+// A host without it only starts, execs and restores a little slower, so a
+// failure is logged, not fatal.
+func (d *Daemon) favorDynMods() {
+	mp, err := cgroups.FavorDynMods()
+	switch {
+	case errors.Is(err, cgroups.ErrNoCgroup2):
+		d.log.Info("no cgroup2 tree mounted: cgroup moves keep waiting for RCU grace periods")
+	case err != nil:
+		d.log.Warn("cgroup2 favordynmods not turned on", "err", err)
+	case mp != "":
+		d.log.Info("cgroup2 favordynmods turned on (host-wide)", "mount", mp)
+	}
+}

@@ -132,6 +132,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.cgParent.Create(); err != nil {
 		return nil, err
 	}
+	if cfg.FavorDynMods {
+		d.favorDynMods()
+	}
 	if err := d.setupCRIUConfig(); err != nil {
 		return nil, err
 	}
