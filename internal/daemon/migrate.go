@@ -45,12 +45,19 @@ func (c *Config) migrateWorkDir(name string) string {
 }
 
 // dropMigrationDir removes a migration's files, or with KeepMigrationFiles
-// moves them to RUN/migrate-kept/NAME-TIME for inspection.
+// moves them to RUN/migrate-kept/NAME-TIME for inspection, with a copy of
+// CRIU's logs (the instance's own go with it when it leaves this host).
 func (d *Daemon) dropMigrationDir(name string) {
 	dir := d.migrationDir(name)
 	if d.cfg.KeepMigrationFiles {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
 		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && os.Rename(dir, kept) == nil {
+			logs, _ := filepath.Glob(filepath.Join(d.cfg.migrateWorkDir(name), "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					_ = os.WriteFile(filepath.Join(kept, filepath.Base(l)), b, 0o600)
+				}
+			}
 			return
 		}
 	}

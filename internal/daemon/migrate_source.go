@@ -246,8 +246,20 @@ func (m *outgoing) live(ctx context.Context) error {
 	defer d.dropMigrationDir(m.name)
 	lazy := m.req.Memory == migration.MemoryLazy
 
-	// Frozen from here until the target resumes.
+	// Everything CRIU can do while the container runs is done first.
 	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})
+	dump, err := m.prepareDump(ctx, images, work, lazy)
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			dump.release()
+		}
+	}()
+
+	// Frozen from here until the target resumes.
 	freezeAt := time.Now()
 	if err := m.freeze(ctx); err != nil {
 		return err
@@ -272,7 +284,8 @@ func (m *outgoing) live(ctx context.Context) error {
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
 	tck := time.Now()
-	dump, err := m.checkpoint(ctx, images, work, lazy)
+	started = true
+	err = dump.start()
 	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
 	d.log.Debug("migration source: final disk", "name", m.name, "took", disk.d)
@@ -579,13 +592,16 @@ func (m *outgoing) thaw() {
 	m.frozen = false
 }
 
-// dumpRun is a running (or finished) checkpoint.
+// dumpRun is a prepared, running or finished checkpoint.
 type dumpRun struct {
-	done       chan error
-	pageServer string   // addr:port of the lazy page server
-	pages      []string // page files streamed during a copy-mode dump
-	result     error
-	finished   bool
+	prepared      *runtime.PreparedCheckpoint
+	capture       *imgstream.Capture // copy mode: the page files' FIFOs
+	ready, readyW *os.File           // lazy mode: CRIU's status pipe
+	done          chan error         // lazy mode: the dump's end (after post-copy)
+	pageServer    string             // addr:port of the lazy page server
+	pages         []string           // page files streamed during a copy-mode dump
+	result        error
+	finished      bool
 }
 
 func (r *dumpRun) wait() error {
@@ -619,62 +635,101 @@ func hangUp(pageServer string) {
 	}
 }
 
-// checkpoint dumps the (already frozen) container with CRIU, leaving it
-// frozen: CRIU puts a cgroup it found frozen back to frozen, so a failed
-// migration thaws it and nothing was lost. With lazy pages the dump returns
-// when the images are written and the page server is ready; the page server
-// keeps running until the target has every page.
-func (m *outgoing) checkpoint(ctx context.Context, images, work string, lazy bool) (*dumpRun, error) {
+// prepareDump gets the dump ready while the container still runs: the
+// CRIU service is started and its request built (runtime.PrepareCheckpoint),
+// and in copy mode the page-file FIFOs wait for CRIU. Only CRIU's dump is
+// left for the frozen window (dumpRun.start).
+func (m *outgoing) prepareDump(ctx context.Context, images, work string, lazy bool) (*dumpRun, error) {
 	run := &dumpRun{done: make(chan error, 1)}
 	opts := runtime.CheckpointOptions{ImagePath: images, WorkPath: work, LeaveRunning: true, TCPEstablished: true}
-	var ready *os.File
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		return nil, err
+	}
 	if lazy {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
 		run.pageServer = "127.0.0.1:" + strconv.Itoa(port)
-		r, w, err := os.Pipe()
+		if run.ready, run.readyW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		opts.LazyPages, opts.PageServer, opts.StatusFile = true, run.pageServer, run.readyW
+	} else {
+		// Copy mode: the memory pages go to the target as CRIU writes them
+		// (FIFOs in place of the page files), not to this host's disk first.
+		capture, err := imgstream.StartCapture(ctx, images, m.pageFiles(), &pageSink{m: m})
 		if err != nil {
 			return nil, err
 		}
-		defer r.Close()
-		ready = r
-		opts.LazyPages, opts.PageServer, opts.StatusFile = true, run.pageServer, w
-		go func() { run.done <- m.d.rt.Checkpoint(context.WithoutCancel(ctx), m.name, opts); w.Close() }()
+		run.capture = capture
+	}
+	pc, err := m.d.rt.PrepareCheckpoint(m.name, opts)
+	if err != nil {
+		run.release()
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	run.prepared = pc
+	return run, nil
+}
+
+// start dumps the (already frozen) container, leaving it frozen: CRIU puts
+// a cgroup it found frozen back to frozen, so a failed migration thaws it
+// and nothing was lost. With lazy pages it returns when the images are
+// written and the page server is ready; the page server keeps running until
+// the target has every page.
+//
+// CRIU runs without ctx: killing it would leave the tasks seized. A cancel
+// aborts the capture instead, and CRIU's next write fails.
+func (r *dumpRun) start() error {
+	pc := r.prepared
+	if r.ready != nil {
+		go func() {
+			r.done <- pc.Run()
+			pc.Close()
+			r.readyW.Close()
+		}()
 		// CRIU writes one byte when the page server is ready; EOF first
 		// means the checkpoint failed.
 		buf := make([]byte, 1)
-		if _, err := ready.Read(buf); err != nil {
-			if derr := <-run.done; derr != nil {
-				return nil, fmt.Errorf("checkpoint: %w", derr)
+		_, err := r.ready.Read(buf)
+		r.ready.Close()
+		if err != nil {
+			r.finished, r.result = true, <-r.done
+			if r.result != nil {
+				return fmt.Errorf("checkpoint: %w", r.result)
 			}
-			return nil, fmt.Errorf("checkpoint: CRIU never reported ready: %w", err)
+			return fmt.Errorf("checkpoint: CRIU never reported ready: %w", err)
 		}
-		return run, nil
+		return nil
 	}
-	// Copy mode: the memory pages go to the target as CRIU writes them
-	// (FIFOs in place of the page files), not to this host's disk first.
-	if err := os.MkdirAll(images, 0o700); err != nil {
-		return nil, err
-	}
-	capture, err := imgstream.StartCapture(ctx, images, m.pageFiles(), &pageSink{m: m})
-	if err != nil {
-		return nil, err
-	}
-	// runc runs without ctx: killing it would orphan its CRIU; a cancel
-	// aborts the capture instead, and CRIU's next write fails.
-	err = m.d.rt.Checkpoint(context.WithoutCancel(ctx), m.name, opts)
-	pages, cerr := capture.Finish()
-	run.done <- nil
+	err := pc.Run()
+	pc.Close()
+	pages, cerr := r.capture.Finish()
+	r.finished = true
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return fmt.Errorf("checkpoint: %w", err)
 	case cerr != nil:
-		return nil, fmt.Errorf("stream memory pages to the target: %w", cerr)
+		return fmt.Errorf("stream memory pages to the target: %w", cerr)
 	}
-	run.pages = pages
-	return run, nil
+	r.pages = pages
+	return nil
+}
+
+// release undoes prepareDump for a dump that never starts.
+func (r *dumpRun) release() {
+	if r.prepared != nil {
+		r.prepared.Close()
+	}
+	for _, f := range []*os.File{r.ready, r.readyW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if r.capture != nil {
+		_, _ = r.capture.Finish()
+	}
 }
 
 // pageFiles is how many page-file FIFOs a dump needs: one per process,
@@ -779,6 +834,8 @@ func (m *outgoing) sendLogs() error {
 // dropMovedSource deletes the source copy of a container that now runs on
 // its target (killing the frozen original first).
 func (d *Daemon) dropMovedSource(ctx context.Context, name string) {
+	// Before the instance's CRIU logs go with it.
+	d.dropMigrationDir(name)
 	if run := d.liveOf(name); run != nil {
 		if err := d.rt.Kill(ctx, name); err != nil {
 			d.log.Warn("kill migrated container", "name", name, "err", err)

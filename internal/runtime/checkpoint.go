@@ -12,7 +12,7 @@ import (
 	gorunc "github.com/containerd/go-runc"
 )
 
-// CheckpointOptions configure runc checkpoint.
+// CheckpointOptions configure a checkpoint.
 type CheckpointOptions struct {
 	// ImagePath receives the checkpoint images (created if missing).
 	ImagePath string
@@ -30,13 +30,24 @@ type CheckpointOptions struct {
 	// StatusFile, with LazyPages, gets a '\0' from CRIU when the lazy-pages
 	// server is ready.
 	StatusFile *os.File
-	// ExtraArgs are appended to runc checkpoint's options.
-	ExtraArgs []string
 }
 
-// Checkpoint dumps the running container with CRIU (runc checkpoint). On
-// failure the error carries runc's output and the error lines of CRIU's log.
+// Checkpoint dumps the running container with CRIU: directly (see
+// PrepareCheckpoint), or through `runc checkpoint` when runc's state is not
+// one a direct dump understands. On failure the error carries the error
+// lines of CRIU's log.
 func (r *Runtime) Checkpoint(ctx context.Context, id string, o CheckpointOptions) error {
+	pc, err := r.PrepareCheckpoint(id, o)
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	return pc.Run()
+}
+
+// checkCheckpoint validates a checkpoint's options and creates its
+// directories (the work path defaults to the image path).
+func (r *Runtime) checkCheckpoint(id string, o *CheckpointOptions) error {
 	if !validID(id) {
 		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
@@ -46,16 +57,20 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, o CheckpointOptions
 	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
 		return fmt.Errorf("%w: checkpoint needs absolute image and work paths", ErrInvalid)
 	}
-	work := o.WorkPath
-	if work == "" {
-		work = o.ImagePath
+	if o.WorkPath == "" {
+		o.WorkPath = o.ImagePath
 	}
-	for _, d := range []string{o.ImagePath, work} {
+	for _, d := range []string{o.ImagePath, o.WorkPath} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", id, err)
 		}
 	}
-	rc := r.criuRunc()
+	return nil
+}
+
+// runcCheckpoint dumps with `runc checkpoint` (options already checked).
+// It runs without a context: killing runc would orphan its CRIU.
+func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
 	opts := &gorunc.CheckpointOpts{
 		ImagePath:      o.ImagePath,
 		WorkDir:        o.WorkPath,
@@ -63,15 +78,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, o CheckpointOptions
 		LazyPages:      o.LazyPages,
 		CriuPageServer: o.PageServer,
 		StatusFile:     o.StatusFile,
-		ExtraArgs:      o.ExtraArgs,
 	}
 	var actions []gorunc.CheckpointAction
 	if o.LeaveRunning {
 		actions = append(actions, gorunc.LeaveRunning)
 	}
-	if err := rc.Checkpoint(ctx, id, opts, actions...); err != nil {
+	if err := r.criuRunc().Checkpoint(context.Background(), id, opts, actions...); err != nil {
 		err = runcError("checkpoint", id, err, ErrCheckpoint)
-		return fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(work, "dump.log")))
+		return fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(o.WorkPath, "dump.log")))
 	}
 	return nil
 }
