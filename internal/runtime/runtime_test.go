@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/shim"
@@ -545,4 +546,50 @@ func TestRestoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkGone("rf")
+}
+
+// TestStartAfterKilledRestore starts a container whose id a killed `runc
+// restore` left behind: a directory in runc's root without a state file,
+// with the root filesystem still mounted on criu-root.
+func TestStartAfterKilledRestore(t *testing.T) {
+	e := newTestEnv(t)
+	id := "debris-" + randHex(3)
+	criuRoot := filepath.Join(e.cfg.Root, id, "criu-root")
+	if err := os.MkdirAll(criuRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(e.rootfs, criuRoot, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(criuRoot, unix.MNT_DETACH) })
+
+	p := e.start(id, "sleep", "60")
+	if p.InitPid <= 0 {
+		t.Fatalf("start after the debris: %+v", p)
+	}
+	if _, err := os.Stat(criuRoot); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("criu-root is still there: %v", err)
+	}
+	if mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(criuRoot)); err != nil || len(mounts) > 0 {
+		t.Errorf("criu-root still mounted (%d, %v)", len(mounts), err)
+	}
+	if _, err := os.Stat(filepath.Join(e.rootfs, "bin")); err != nil {
+		t.Errorf("the root filesystem lost files: %v", err)
+	}
+
+	// Something unexpected in the directory stays, and says so.
+	id2 := "debris-" + randHex(3)
+	if err := os.MkdirAll(filepath.Join(e.cfg.Root, id2), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, id2, "note"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.Start(context.Background(), id2, e.bundle(id2, "true"), StartOptions{}); !errors.Is(err, ErrExists) {
+		t.Errorf("start over a non-empty leftover: %v, want ErrExists", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Root, id2, "note")); err != nil {
+		t.Errorf("the leftover's file went: %v", err)
+	}
+	os.RemoveAll(filepath.Join(e.cfg.Root, id2))
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	gorunc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/shim"
@@ -187,11 +188,37 @@ func (r *Runtime) checkFree(ctx context.Context, id string) error {
 		if st != StatusUnknown {
 			return fmt.Errorf("%w: %s is %s", ErrExists, id, st)
 		}
+	} else if err := r.removeRuncDebris(id); err != nil {
+		return err
 	}
 	if fd, err := r.openShim(id); err == nil {
 		closeFd(fd)
 		return fmt.Errorf("%w: the shim of %s is still running", ErrExists, id)
 	}
+	return nil
+}
+
+// removeRuncDebris removes what a killed `runc restore` leaves in its root
+// without a state file: the container's directory and, mounted in it, the
+// root filesystem CRIU restored into (criu-root). runc refuses the id while
+// the directory exists ("container with given ID already exists").
+func (r *Runtime) removeRuncDebris(id string) error {
+	dir := filepath.Join(r.cfg.Root, id)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	criuRoot := filepath.Join(dir, "criu-root")
+	if err := unix.Unmount(criuRoot, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%w: %s: unmount runc's leftover %s: %v", ErrExists, id, criuRoot, err)
+	}
+	// Not RemoveAll: only empty directories go, whatever is still in them
+	// stays for an operator to look at.
+	for _, d := range []string{criuRoot, dir} {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s: runc left %s behind: %v", ErrExists, id, dir, err)
+		}
+	}
+	r.cfg.Log.Warn("removed what a killed runc left of a container", "id", id, "dir", dir)
 	return nil
 }
 
