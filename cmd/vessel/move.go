@@ -23,9 +23,11 @@ func newMoveCmd(g *globals) *cobra.Command {
 		Long: `Move a container to another host. Without --live a running container is
 stopped, moved and started again. With --live it keeps running: its disk is
 copied while it runs, then it is frozen for a moment to checkpoint it and
-copy the last changes, and resumes on the target; with --memory=lazy (the
-default) memory follows after the resume (post-copy), with --memory=copy
-it is copied while frozen.
+copy the last changes, and resumes on the target; with --memory=lazy memory
+follows after the resume (post-copy), with --memory=copy it is copied while
+frozen. --memory=auto (the default) copies the memory of a container using
+less than 6 MiB (less frozen time than setting up post-copy) and moves
+anything bigger post-copy; --timing shows the mode used.
 
 The source host must have the target as a peer ('vessel peer add').`,
 		Example: `  vessel move alpha:web1 beta: --live --timing
@@ -43,7 +45,7 @@ The source host must have the target as a peer ('vessel peer add').`,
 		},
 	}
 	cmd.Flags().BoolVar(&live, "live", false, "keep the container running through the move")
-	cmd.Flags().StringVar(&memory, "memory", migration.MemoryLazy, "live memory transfer: lazy (post-copy) or copy (all while frozen)")
+	cmd.Flags().StringVar(&memory, "memory", migration.MemoryAuto, "live memory transfer: lazy (post-copy), copy (all while frozen) or auto (copy below 6 MiB of memory, else lazy)")
 	cmd.Flags().BoolVar(&instanceOnly, "instance-only", false, "leave the snapshots behind (they are deleted with the source)")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print the per-phase timing table (like vzmigrate -t)")
 	cmd.Flags().StringVarP(&format, "format", "f", formatTable, "timing output: table or json")

@@ -100,7 +100,8 @@ type InstanceMigratePost struct {
 	// Live keeps a running container running through the move (CRIU);
 	// otherwise a running container is stopped, moved and started.
 	Live bool `json:"live"`
-	// Memory is "lazy" (post-copy, default) or "copy" for a live move.
+	// Memory is "auto" (default: copy for a container with little
+	// memory, lazy otherwise), "lazy" (post-copy) or "copy" for a live move.
 	Memory string `json:"memory,omitempty"`
 	// Copy leaves the source instance in place (vessel copy); the copy gets
 	// a new address.

@@ -77,6 +77,9 @@ type Stats struct {
 	MemoryLimit uint64 `json:"memory_limit_bytes"`
 	// Pids is the number of tasks.
 	Pids uint64 `json:"pids"`
+	// MemoryAnon is the anonymous and shared memory in use, in bytes: what
+	// a checkpoint has to copy as memory pages (no page cache).
+	MemoryAnon uint64 `json:"memory_anon_bytes"`
 	// OOMKills counts processes the OOM killer killed in the cgroup.
 	OOMKills uint64 `json:"oom_kills"`
 	// IO is the I/O done per device, sorted by device.
@@ -243,6 +246,9 @@ func (c *cgroup) Stats() (Stats, error) {
 		MemoryUsage: s.MemoryStats.Usage.Usage,
 		Pids:        s.PidsStats.Current,
 	}
+	for _, k := range anonKeys(c.version) {
+		out.MemoryAnon += s.MemoryStats.Stats[k]
+	}
 	// An unlimited v1 memory cgroup reports a page-rounded "max int64".
 	if l := s.MemoryStats.Usage.Limit; l > 0 && l < 1<<62 {
 		out.MemoryLimit = l
@@ -360,4 +366,13 @@ func Enter(cg Manager) (leave func() error, err error) {
 		}
 		return errors.Join(errs...)
 	}, nil
+}
+
+// anonKeys are the memory.stat keys that add up to Stats.MemoryAnon: the
+// hierarchical totals on v1, the cgroup's own (already recursive) on v2.
+func anonKeys(v Version) []string {
+	if v == V2 {
+		return []string{"anon", "shmem"}
+	}
+	return []string{"total_rss", "total_shmem"}
 }

@@ -43,16 +43,21 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	}
 	switch req.Memory {
 	case "":
-		req.Memory = migration.MemoryLazy
-	case migration.MemoryLazy, migration.MemoryCopy:
+		req.Memory = migration.MemoryAuto
+	case migration.MemoryAuto, migration.MemoryLazy, migration.MemoryCopy:
 	default:
-		return nil, errorf(ErrInvalid, "unknown memory mode %q (want lazy or copy)", req.Memory)
+		return nil, errorf(ErrInvalid, "unknown memory mode %q (want auto, lazy or copy)", req.Memory)
 	}
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
 	}
 	if req.Live && d.liveOf(name) == nil {
 		return nil, errorf(ErrConflict, "instance %q is not running: a live move needs a running container", name)
+	}
+	if req.Live {
+		if err := d.checkDumpable(name); err != nil {
+			return nil, err
+		}
 	}
 	_, sends := d.storage.(storage.Sender)
 	_, syncs := d.storage.(storage.TreeSyncer)
@@ -111,6 +116,9 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 	inst, err := d.getRecord(name)
 	if err != nil {
 		return err
+	}
+	if req.Live && req.Memory == migration.MemoryAuto {
+		req.Memory = d.autoMemoryMode(name)
 	}
 	m := &outgoing{d: d, op: op, name: name, req: req}
 	m.timing.Mode = "cold"
@@ -929,4 +937,28 @@ func pipe(a, b net.Conn) {
 	go cp(b, a)
 	<-done
 	<-done
+}
+
+// autoCopyMaxBytes is the memory below which --memory=auto copies it while
+// frozen. Measured on a 2-core VM (bench/migrate): post-copy adds ~26 ms to
+// an idle container's freeze (the lazy-pages daemon, its connection to the
+// source, the first faults), and copying adds ~4 ms per MiB; below ~6 MiB
+// copying is the shorter freeze, and nothing depends on the source once
+// the target runs.
+const autoCopyMaxBytes = 6 << 20
+
+// autoMemoryMode picks the memory mode of a live move with --memory=auto
+// from the container's anonymous memory.
+func (d *Daemon) autoMemoryMode(name string) string {
+	mode, anon := migration.MemoryLazy, "unknown"
+	if cg, err := d.instanceCgroup(name); err == nil {
+		if st, err := cg.Stats(); err == nil {
+			anon = fmt.Sprintf("%d KiB", st.MemoryAnon>>10)
+			if st.MemoryAnon <= autoCopyMaxBytes {
+				mode = migration.MemoryCopy
+			}
+		}
+	}
+	d.log.Info("memory mode auto", "name", name, "anon_memory", anon, "mode", mode)
+	return mode
 }

@@ -48,6 +48,11 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 	if req.Stateful && d.liveOf(name) == nil {
 		return nil, errorf(ErrConflict, "instance %q is not running: a stateful snapshot saves running processes", name)
 	}
+	if req.Stateful {
+		if err := d.checkDumpable(name); err != nil {
+			return nil, err
+		}
+	}
 	return d.ops.Start(d.ctx, "Creating snapshot", snapshotResources(name, req.Name), func(ctx context.Context, op *operations.Operation) error {
 		unlock, err := d.lockInstance(ctx, name)
 		if err != nil {

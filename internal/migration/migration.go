@@ -43,6 +43,10 @@ const (
 	// MemoryCopy dumps all memory while frozen (for kernels without
 	// userfaultfd, and the in-run baseline).
 	MemoryCopy = "copy"
+	// MemoryAuto (the default) picks copy for a container with little
+	// memory, where copying it costs less frozen time than setting up
+	// post-copy, and lazy otherwise. The source decides before it starts.
+	MemoryAuto = "auto"
 )
 
 // Errors.

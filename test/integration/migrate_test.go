@@ -413,3 +413,46 @@ func TestLiveMigrationDirDriver(t *testing.T) {
 		t.Fatalf("file after cold move: %q", got)
 	}
 }
+
+// TestMoveMemoryAuto: without --memory a live move copies the memory of a
+// container with little of it while frozen, and moves a bigger one
+// post-copy. And a process exec'd into a restored container (it keeps the
+// host's clocks, see checkDumpable) gets a clear refusal, not a failed
+// restore after the freeze.
+func TestMoveMemoryAuto(t *testing.T) {
+	c := newCluster(t)
+	memhog := buildMemhog(t)
+	c.OK("launch", "busybox", "alpha:small")
+	c.OK("launch", "busybox", "alpha:big")
+	c.Host("alpha").StartMemhog("big", memhog, 32)
+	mode := func(ref, to string) string {
+		var tm migration.Timing
+		out := c.OK("move", ref, to+":", "--live", "--format", "json")
+		if err := json.Unmarshal([]byte(out), &tm); err != nil {
+			t.Fatalf("timing: %v\n%s", err, out)
+		}
+		return tm.Mode
+	}
+	if got := mode("alpha:small", "beta"); got != "live/"+migration.MemoryCopy {
+		t.Errorf("idle container moved as %q, want live/copy", got)
+	}
+	if got := mode("alpha:big", "beta"); got != "live/"+migration.MemoryLazy {
+		t.Errorf("container with 32 MiB moved as %q, want live/lazy", got)
+	}
+	if got := c.OK("exec", "beta:big", "--", "sh", "-c", "pidof memhog >/dev/null && echo alive"); got != "alive\n" {
+		t.Errorf("memhog after the move: %q", got)
+	}
+
+	c.OK("exec", "beta:small", "--", "sh", "-c", "setsid sleep 600 </dev/null >/dev/null 2>&1 &")
+	r := c.Vessel("move", "beta:small", "alpha:", "--live")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "vessel exec") {
+		t.Fatalf("live move with an exec'd process in a restored container: exit %d, %s", r.Code, r.Stderr)
+	}
+	if st := instanceOn(t, c, "beta:small"); st.Status != "Running" {
+		t.Fatalf("after the refused move: %+v", st)
+	}
+	c.OK("exec", "beta:small", "--", "sh", "-c", "kill $(pidof sleep)")
+	eventually(t, "the exec'd sleep to end", func() bool {
+		return c.Vessel("move", "beta:small", "alpha:", "--live").Code == 0
+	})
+}
