@@ -126,6 +126,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
+	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "longest a migration target's CRIU restore may take before it is killed and the source resumes the container")
 	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who writes a checkpoint's memory pages: vessel (O_DIRECT writer) or criu (CRIU's own, then fsync; for comparison)")
 	f.BoolVar(&cfg.KeepMigrationFiles, "keep-migration-files", os.Getenv("VESSEL_KEEP_MIGRATION_FILES") == "1", "keep migrations' checkpoint images and CRIU logs in RUN/migrate-kept (diagnostics)")
 	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail|crash (see internal/daemon/faults.go)")

@@ -75,6 +75,10 @@ type Config struct {
 
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
+	// RestoreTimeout bounds a migration target's CRIU restore: a restore
+	// that has not finished by then is killed and reported as failed, so
+	// the source resumes the container instead of staying frozen.
+	RestoreTimeout time.Duration
 
 	// SnapshotIO says who writes a checkpoint's memory pages:
 	// SnapshotIOVessel (default: vessel's O_DIRECT writer) or
@@ -115,7 +119,10 @@ const (
 	shimsCgroup        = "_shims"
 	DefaultStorageSize = 20 << 30
 	DefaultStopTimeout = 30 * time.Second
-	DefaultBusybox     = "/bin/busybox"
+	// DefaultRestoreTimeout leaves room for reading tens of GiB of memory
+	// image in a copy-mode restore.
+	DefaultRestoreTimeout = 5 * time.Minute
+	DefaultBusybox        = "/bin/busybox"
 )
 
 // DefaultConfig returns the configuration of a stand-alone host.
@@ -136,6 +143,7 @@ func DefaultConfig() Config {
 		FavorDynMods:     true,
 		Busybox:          DefaultBusybox,
 		StopTimeout:      DefaultStopTimeout,
+		RestoreTimeout:   DefaultRestoreTimeout,
 		SnapshotIO:       SnapshotIOVessel,
 	}
 }

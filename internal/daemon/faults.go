@@ -22,7 +22,8 @@ import (
 //
 // Actions: "cut" closes the migration connection abruptly (a vanished
 // peer), "fail" reports an error to the peer, "crash" kills the daemon
-// (SIGKILL, so nothing of it runs on the way out).
+// (SIGKILL, so nothing of it runs on the way out), "hang" (restore only)
+// makes the restore never return, as a stuck CRIU would.
 const (
 	faultRecvDisk      = "migrate.target.recv-disk"
 	faultBeforeRestore = "migrate.target.before-restore"
@@ -36,8 +37,8 @@ func ParseFaults(specs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, s := range specs {
 		p, a, ok := strings.Cut(s, "=")
-		if !ok || (a != "cut" && a != "fail" && a != "crash") {
-			return nil, errorf(ErrInvalid, "bad fault %q (want POINT=cut|fail|crash)", s)
+		if !ok || (a != "cut" && a != "fail" && a != "crash" && a != "hang") {
+			return nil, errorf(ErrInvalid, "bad fault %q (want POINT=cut|fail|crash|hang)", s)
 		}
 		out[p] = a
 	}

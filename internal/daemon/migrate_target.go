@@ -477,17 +477,25 @@ func (m *incoming) restore(ctx context.Context) error {
 	}
 	t0 := time.Now()
 	defer func() { d.log.Debug("migration target: restore", "name", m.name, "took", time.Since(t0)) }()
+	// The source is frozen until we answer: a stuck restore is stopped.
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.RestoreTimeout)
+	defer cancel()
 	err := d.launchPrepared(ctx, m.prep, func(bundle, logPath string) (runtime.Process, error) {
 		defer func() {
 			d.log.Debug("migration target: runc restore returned", "name", m.name, "after", time.Since(t0))
 		}()
-		return d.rt.Restore(ctx, m.name, bundle, runtime.RestoreOptions{
+		return d.rt.Restore(rctx, m.name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,
+			Hang: m.d.fault(faultRestore) == "hang",
 		})
 	})
 	if err != nil && lp != nil {
 		lp.Kill()
+	}
+	if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		d.killCgroupTasks(m.name)
+		err = fmt.Errorf("the restore did not finish within %s and was stopped: %w", d.cfg.RestoreTimeout, err)
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	gorunc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
@@ -43,6 +44,8 @@ type RestoreOptions struct {
 	TCPEstablished bool
 	// ExtraArgs are appended to runc restore's options.
 	ExtraArgs []string
+	// Hang is fault injection for tests: the shim never runs runc.
+	Hang bool
 }
 
 // Start runs the container of bundle under a new shim and returns once it is
@@ -79,6 +82,7 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle string, o RestoreOptio
 		PageServer:     o.PageServer,
 		TCPEstablished: o.TCPEstablished,
 		ExtraArgs:      o.ExtraArgs,
+		Hang:           o.Hang,
 	}
 	p, err := r.launch(ctx, c)
 	if errors.Is(err, ErrStart) {
@@ -145,6 +149,10 @@ func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
 	select {
 	case res = <-reports:
 	case <-ctx.Done():
+		if c.Action == shim.ActionRestore {
+			r.stopRestore(c.ID, cmd.Process.Pid, reports)
+			return Process{}, fmt.Errorf("%w %s: restore stopped: %w", ErrStart, c.ID, ctx.Err())
+		}
 		go r.abandon(c.ID, reports)
 		return Process{}, fmt.Errorf("%w %s: %w", ErrStart, c.ID, ctx.Err())
 	}
@@ -274,6 +282,29 @@ func readReport(f *os.File) <-chan reportResult {
 		ch <- res
 	}()
 	return ch
+}
+
+// stopRestore ends a restore whose context ended (a deadline: CRIU or runc
+// stuck). Unlike a start, waiting is no answer: the caller's container is
+// frozen on another host until this one gives up. It kills the shim's
+// process group (the shim, runc restore and its CRIU; the shim runs in its
+// own session), then removes what runc made of the container. Tasks CRIU
+// had already created are in the container's cgroup, which is the
+// caller's to empty.
+func (r *Runtime) stopRestore(id string, shimPid int, reports <-chan reportResult) {
+	if err := syscall.Kill(-shimPid, syscall.SIGKILL); err != nil {
+		r.cfg.Log.Warn("kill a stuck restore", "id", id, "shim", shimPid, "err", err)
+	}
+	select {
+	case <-reports: // EOF once the shim is gone
+	case <-time.After(10 * time.Second): // someone else holds the pipe
+	}
+	if shim.RuncHasState(r.cfg.Root, id) {
+		_ = r.runc.Delete(context.Background(), id, &gorunc.DeleteOpts{Force: true})
+	}
+	if err := r.removeRuncDebris(id); err != nil {
+		r.cfg.Log.Warn("clean up a stuck restore", "id", id, "err", err)
+	}
 }
 
 // abandon cleans up after a Start whose context ended while runc was still

@@ -79,6 +79,9 @@ type RestoreConfig struct {
 	PageServer     string   `json:"page_server,omitempty"`
 	TCPEstablished bool     `json:"tcp_established,omitempty"`
 	ExtraArgs      []string `json:"extra_args,omitempty"`
+	// Hang makes the shim wait forever instead of running runc restore:
+	// fault injection for tests (a restore that never returns).
+	Hang bool `json:"hang,omitempty"`
 }
 
 // Report is what the shim writes on ReportFd once runc has returned: either

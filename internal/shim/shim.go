@@ -145,6 +145,9 @@ func (s *shim) runContainer(ctx context.Context, stdio *stdio) error {
 		return err
 	}
 	r := s.cfg.Restore
+	if r.Hang {
+		select {} // until killed
+	}
 	_, err := s.runc.Restore(ctx, s.cfg.ID, s.cfg.Bundle, &gorunc.RestoreOpts{
 		CheckpointOpts: gorunc.CheckpointOpts{
 			ImagePath:      r.ImagePath,

@@ -235,6 +235,17 @@ func TestMigrationFaults(t *testing.T) {
 			survived(fault + " " + mode)
 		}
 	}
+	// A restore that never returns (a stuck CRIU) is stopped at the
+	// target's deadline, and the source resumes.
+	beta.RestartWith("--fault", "migrate.target.restore=hang", "--restore-timeout", "2s")
+	for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+		r := c.Vessel("move", "alpha:f1", "beta:", "--live", "--memory", mode)
+		if r.Code == 0 || !strings.Contains(r.Stderr, "did not finish within 2s") {
+			t.Fatalf("move with a hung restore (%s): exit %d, %s", mode, r.Code, r.Stderr)
+		}
+		t.Logf("hung restore (%s): %s", mode, strings.TrimSpace(r.Stderr))
+		survived("hung restore " + mode)
+	}
 	beta.RestartWith()
 
 	// The target is down: the source cannot even connect.
