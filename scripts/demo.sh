@@ -114,14 +114,14 @@ run vessel launch busybox alpha:mover
 run vessel exec alpha:mover -- sh -c "setsid sh -c 'i=0; while :; do i=\$((i+1)); echo \$i > /root/count; usleep 50000; done' </dev/null >/dev/null 2>&1 &"
 sleep 1
 
-bold "Live migration alpha -> beta: disk pre-copy, CRIU checkpoint, post-copy memory"
+bold "Live migration alpha -> beta: disk pre-copy, CRIU checkpoint (--memory=auto copies a container this small while frozen)"
 echo "count before: $(vessel exec alpha:mover -- cat /root/count)"
 run vessel move alpha:mover beta: --live --timing
 run vessel list beta:
 echo "count after (it kept counting, same address): $(vessel exec beta:mover -- cat /root/count)"
 
-bold "And back, copying all memory while frozen (--memory=copy)"
-run vessel move beta:mover alpha: --live --memory=copy --timing
+bold "And back with post-copy memory (--memory=lazy: pages follow after the resume)"
+run vessel move beta:mover alpha: --live --memory=lazy --timing
 echo "count: $(vessel exec alpha:mover -- cat /root/count)"
 run vessel delete --force alpha:mover
 run scripts/testhosts down
