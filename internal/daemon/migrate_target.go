@@ -462,6 +462,7 @@ func (m *incoming) restore(ctx context.Context) error {
 	lazy := m.hello.Memory == migration.MemoryLazy
 	var lp *runtime.LazyPages
 	if lazy {
+		tlp := time.Now()
 		port, err := m.tunnelPages(ctx)
 		if err != nil {
 			return err
@@ -473,6 +474,7 @@ func (m *incoming) restore(ctx context.Context) error {
 			lp.Kill()
 			return err
 		}
+		d.log.Debug("migration target: lazy-pages daemon ready", "name", m.name, "took", time.Since(tlp))
 		m.lazy = lp
 	}
 	t0 := time.Now()
