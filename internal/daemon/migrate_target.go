@@ -148,7 +148,10 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 			return err
 		}
 	}
-	m.pageSink = &imgstream.DirSink{Dir: m.images}
+	// The images are restored as soon as they are in, and a crash makes
+	// them worthless (the source resumes): no syncs, and the restore reads
+	// them from the page cache.
+	m.pageSink = &imgstream.DirSink{Dir: m.images, Volatile: true}
 	defer d.dropMigrationDir(name)
 	defer m.dropReceived()
 	go m.dispatch(ctx)
@@ -267,7 +270,8 @@ func (m *incoming) receiveDisk(ctx context.Context, recv storage.Receiver, synce
 }
 
 // receiveImages stores the checkpoint images and waits for the page files
-// streamed during the dump; everything is durable before it acknowledges.
+// streamed during the dump. None of it is synced: the restore reads them
+// right away, and after a crash they are deleted and the source resumes.
 func (m *incoming) receiveImages(ctx context.Context, pages []string) error {
 	st, err := m.nextStream(ctx, m.imagesCh)
 	if err != nil {

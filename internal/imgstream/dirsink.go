@@ -48,6 +48,11 @@ type DirSink struct {
 	// DefaultDepth when zero.
 	BlockSize int
 	Depth     int
+	// Volatile is for files read once, right away, and worthless after a
+	// crash (a migration's checkpoint images, restored as soon as they are
+	// in): buffered writes, so that the reader finds them in the page
+	// cache, and no syncs.
+	Volatile bool
 
 	written atomic.Int64
 }
@@ -72,7 +77,7 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	}
 	final := filepath.Join(s.Dir, name)
 	tmp := filepath.Join(s.Dir, "."+name+".part")
-	f, direct, err := openDirect(tmp)
+	f, direct, err := openDirect(tmp, !s.Volatile)
 	if err != nil {
 		return fmt.Errorf("store %s: %w", name, err)
 	}
@@ -80,7 +85,7 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	if err == nil {
 		err = f.Truncate(size) // drops the padding of the last block
 	}
-	if err == nil {
+	if err == nil && !s.Volatile {
 		err = unix.Fdatasync(int(f.Fd()))
 	}
 	if cerr := f.Close(); err == nil {
@@ -96,10 +101,14 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	return nil
 }
 
-// openDirect creates path for writing with O_DIRECT, or without it where
-// the filesystem refuses it (tmpfs); the bool says which.
-func openDirect(path string) (*os.File, bool, error) {
+// openDirect creates path for writing with O_DIRECT if direct is set and
+// the filesystem takes it (tmpfs does not); the bool says which it got.
+func openDirect(path string, direct bool) (*os.File, bool, error) {
 	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | unix.O_CLOEXEC
+	if !direct {
+		f, err := os.OpenFile(path, flags, 0o600)
+		return f, false, err
+	}
 	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0o600)
 	if errors.Is(err, unix.EINVAL) {
 		f, err = os.OpenFile(path, flags, 0o600)
@@ -214,8 +223,14 @@ func alignedAlloc(n int) ([]byte, error) {
 	return b, nil
 }
 
-// SyncDir makes the names of the files stored so far durable.
-func (s *DirSink) SyncDir() error { return syncDir(s.Dir) }
+// SyncDir makes the names of the files stored so far durable (nothing to
+// do for a Volatile sink).
+func (s *DirSink) SyncDir() error {
+	if s.Volatile {
+		return nil
+	}
+	return syncDir(s.Dir)
+}
 
 // syncDir makes a directory's entries (a rename) durable.
 func syncDir(dir string) error {

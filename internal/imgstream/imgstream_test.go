@@ -35,8 +35,15 @@ func noLeftovers(t *testing.T, dir string) {
 }
 
 func TestDirSinkSizes(t *testing.T) {
-	dir := t.TempDir()
-	sink := &DirSink{Dir: dir, BlockSize: 64 << 10, Depth: 3}
+	for _, volatile := range []bool{false, true} {
+		t.Run(map[bool]string{false: "durable", true: "volatile"}[volatile], func(t *testing.T) {
+			testDirSinkSizes(t, &DirSink{Dir: t.TempDir(), BlockSize: 64 << 10, Depth: 3, Volatile: volatile})
+		})
+	}
+}
+
+func testDirSinkSizes(t *testing.T, sink *DirSink) {
+	dir := sink.Dir
 	var total int64
 	for _, n := range []int{0, 1, 4095, 4096, 4097, 64 << 10, 5*(64<<10) + 7, 3 << 20} {
 		data := randBytes(t, n)
