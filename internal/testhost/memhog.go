@@ -5,16 +5,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // memhogSource is a tiny program that allocates MiB of anonymous memory,
 // fills every byte (pseudo-random, incompressible), writes "ready" to a
-// file and waits forever: a container workload whose memory state is known
-// in size, for checkpoint tests and benchmarks.
+// file and waits: a container workload whose memory state is known in
+// size and content, for checkpoint tests and benchmarks. On SIGUSR1 it
+// checks every byte against the sequence and writes "ok" or where it
+// differs to READYFILE.verify.
 const memhogSource = `#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <stdint.h>
+#include <signal.h>
+static volatile sig_atomic_t verify;
+static void on_usr1(int sig) { (void)sig; verify = 1; }
 int main(int argc, char **argv) {
 	if (argc != 3) { fprintf(stderr, "usage: memhog MIB READYFILE\n"); return 2; }
 	size_t n = (size_t)atol(argv[1]) << 20;
@@ -24,11 +30,33 @@ int main(int argc, char **argv) {
 		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
 		p[i] = x;
 	}
+	signal(SIGUSR1, on_usr1);
 	FILE *f = fopen(argv[2], "w");
 	if (!f) { perror(argv[2]); return 1; }
 	fprintf(f, "ready\n");
 	fclose(f);
-	for (;;) pause();
+	char vpath[4096];
+	snprintf(vpath, sizeof vpath, "%s.verify", argv[2]);
+	for (;;) {
+		pause();
+		if (!verify)
+			continue;
+		verify = 0;
+		size_t bad = n / 8;
+		x = 88172645463325252ULL;
+		for (size_t i = 0; i < n / 8; i++) {
+			x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+			if (p[i] != x) { bad = i; break; }
+		}
+		char tmp[4200];
+		snprintf(tmp, sizeof tmp, "%s.new", vpath);
+		FILE *v = fopen(tmp, "w");
+		if (!v) continue;
+		if (bad == n / 8) fprintf(v, "ok\n");
+		else fprintf(v, "bad at byte %zu\n", bad * 8);
+		fclose(v);
+		rename(tmp, vpath);
+	}
 }
 `
 
@@ -76,6 +104,15 @@ func (h *Host) Install(name, program string) {
 	if err := os.WriteFile(filepath.Join(h.ContainerPath(name), "bin", filepath.Base(program)), b, 0o755); err != nil {
 		h.t.Fatalf("%v", err)
 	}
+}
+
+// VerifyMemhog asks the memhog in container name to check its memory and
+// returns its verdict ("ok", or where the first difference is).
+func (h *Host) VerifyMemhog(name string) string {
+	h.t.Helper()
+	h.OK("exec", name, "--", "sh", "-c", "rm -f /tmp/memhog.ready.verify; kill -USR1 $(pidof memhog)")
+	h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /tmp/memhog.ready.verify ]; do sleep 0.1; done")
+	return strings.TrimSpace(h.OK("exec", name, "--", "cat", "/tmp/memhog.ready.verify"))
 }
 
 // StartMemhog copies memhog into a running container and starts it in the
