@@ -940,10 +940,10 @@ func pipe(a, b net.Conn) {
 }
 
 // autoCopyMaxBytes is the memory below which --memory=auto copies it while
-// frozen. Measured on a 2-core VM (bench/migrate): post-copy adds ~26 ms to
+// frozen. Measured on a 2-core VM (bench/migrate): post-copy adds ~20 ms to
 // an idle container's freeze (the lazy-pages daemon, its connection to the
-// source, the first faults), and copying adds ~3 ms per MiB (512 MiB: 1.6
-// s); they break even near 8 MiB, and below that copying is the shorter
+// source, the first faults), and copying adds ~3 ms per MiB (512 MiB: 1.5
+// s); they break even near 7 MiB, and below that copying is the shorter
 // freeze, with nothing depending on the source once the target runs. The
 // threshold stays a little under the break-even point.
 const autoCopyMaxBytes = 6 << 20
