@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/migration"
@@ -949,8 +951,13 @@ func pipe(a, b net.Conn) {
 const autoCopyMaxBytes = 6 << 20
 
 // autoMemoryMode picks the memory mode of a live move with --memory=auto
-// from the container's anonymous memory.
+// from the container's anonymous memory; copy where this kernel has no
+// userfaultfd (post-copy needs it).
 func (d *Daemon) autoMemoryMode(name string) string {
+	if !haveUserfaultfd() {
+		d.log.Info("memory mode auto: no userfaultfd on this kernel", "name", name, "mode", migration.MemoryCopy)
+		return migration.MemoryCopy
+	}
 	mode, anon := migration.MemoryLazy, "unknown"
 	if cg, err := d.instanceCgroup(name); err == nil {
 		if st, err := cg.Stats(); err == nil {
@@ -962,4 +969,14 @@ func (d *Daemon) autoMemoryMode(name string) string {
 	}
 	d.log.Info("memory mode auto", "name", name, "anon_memory", anon, "mode", mode)
 	return mode
+}
+
+// haveUserfaultfd says whether the kernel offers userfaultfd(2).
+func haveUserfaultfd() bool {
+	fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
+	if errno != 0 {
+		return errno != unix.ENOSYS
+	}
+	unix.Close(int(fd))
+	return true
 }
