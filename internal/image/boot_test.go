@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // bootScript runs as PID 1 of the new namespaces, then execs the image's
@@ -31,7 +32,7 @@ exec chroot "$1" /sbin/init
 type bootedInit struct {
 	cmd    *exec.Cmd
 	pid    int // init's PID on the host
-	stdout *syncBuffer
+	stdout *testutil.SyncBuffer
 }
 
 // bootInit starts rootfs's /sbin/init in new PID, mount, UTS, IPC and
@@ -42,7 +43,7 @@ func bootInit(ctx context.Context, t *testing.T, rootfs string) *bootedInit {
 	cmd := exec.CommandContext(ctx, "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net",
 		"--mount-proc="+filepath.Join(rootfs, "proc"), "--", "/bin/sh", "-c", bootScript, "sh", rootfs)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -112,24 +113,6 @@ func waitUntil(ctx context.Context, t *testing.T, what string, cond func() bool)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 func TestBusyboxImageBootsAndStops(t *testing.T) {

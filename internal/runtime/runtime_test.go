@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/shim"
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // patience bounds every wait so that a broken test fails instead of hanging;
@@ -61,24 +61,6 @@ func (e *testEnv) logContains(id, s string) func() bool {
 		b, _ := os.ReadFile(e.rt.LogPath(id))
 		return strings.Contains(string(b), s)
 	}
-}
-
-// syncBuffer is a writer the test can read while Exec writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestSystemContainer(t *testing.T) {
@@ -156,7 +138,7 @@ func TestSystemContainer(t *testing.T) {
 	t.Run("tty", func(t *testing.T) { testExecTTY(t, e, "sys1") })
 	t.Run("cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctx)
-		var stdout syncBuffer
+		var stdout testutil.SyncBuffer
 		done := make(chan error, 1)
 		go func() {
 			_, err := e.rt.Exec(ctx, "sys1", ExecOptions{
@@ -181,7 +163,7 @@ func TestSystemContainer(t *testing.T) {
 func testExecTTY(t *testing.T, e *testEnv, id string) {
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	resize := make(chan WinSize, 1)
 	type result struct {
 		code int

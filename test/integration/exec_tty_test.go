@@ -1,16 +1,16 @@
 package integration
 
 import (
-	"bytes"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // TestExecTerminal runs `vessel exec` inside a real pseudo-terminal, as a
@@ -28,7 +28,7 @@ func TestExecTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	copied := make(chan struct{})
 	go func() { _, _ = io.Copy(&out, ptmx); close(copied) }()
 
@@ -63,22 +63,4 @@ func TestExecTerminal(t *testing.T) {
 	if r := h.Vessel("exec", "tty1", "--", "tty"); r.Code == 0 {
 		t.Errorf("exec without terminal has one: %s", r)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
