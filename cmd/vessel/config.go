@@ -88,11 +88,7 @@ func newConfigShowCmd() *cobra.Command {
 		Short: "Show a container's configuration",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, r, err := connect(args[0])
-			if err != nil {
-				return err
-			}
-			inst, err := c.Instance(cmd.Context(), r.name)
+			inst, err := getInstance(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -124,11 +120,7 @@ func newConfigGetCmd() *cobra.Command {
 		Short: "Print one configuration value (empty if unset)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, r, err := connect(args[0])
-			if err != nil {
-				return err
-			}
-			inst, err := c.Instance(cmd.Context(), r.name)
+			inst, err := getInstance(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -33,11 +33,7 @@ func newInfoCmd(g *globals) *cobra.Command {
 				}
 				return printKV(cmd.OutOrStdout(), format, hostPairs(srv.Host), srv)
 			}
-			c, r, err := connect(args[0])
-			if err != nil {
-				return err
-			}
-			inst, err := c.Instance(cmd.Context(), r.name)
+			inst, err := getInstance(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
 	"github.com/vesselhost/vessel/internal/trust"
 )
@@ -161,6 +163,15 @@ func connect(arg string) (*client.Client, ref, error) {
 	}
 	c, err := cfg.client(r.remote)
 	return c, r, err
+}
+
+// getInstance fetches the container a [REMOTE:]NAME argument names.
+func getInstance(ctx context.Context, arg string) (api.Instance, error) {
+	c, r, err := connect(arg)
+	if err != nil {
+		return api.Instance{}, err
+	}
+	return c.Instance(ctx, r.name)
 }
 
 // connectRemote returns the client of a bare REMOTE (or REMOTE:) argument,

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"syscall"
-	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
@@ -106,25 +104,4 @@ func (d *Daemon) favorDynMods() {
 	case mp != "":
 		d.log.Info("cgroup2 favordynmods turned on (host-wide)", "mount", mp)
 	}
-}
-
-// killCgroupTasks kills every task left in an instance's cgroups (after a
-// restore that was stopped half way), thawing them first so the kill lands.
-func (d *Daemon) killCgroupTasks(name string) {
-	cg, err := d.instanceCgroup(name)
-	if err != nil {
-		return
-	}
-	_ = cg.Thaw()
-	for range 50 {
-		pids, err := cg.Pids()
-		if err != nil || len(pids) == 0 {
-			return
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	d.log.Warn("tasks of a stopped restore are still in its cgroup", "name", name)
 }

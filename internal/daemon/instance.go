@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"syscall"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
@@ -17,6 +19,27 @@ func containerVolume(name string) storage.Volume {
 
 func (d *Daemon) instanceCgroup(name string) (cgroups.Manager, error) {
 	return cgroups.New(d.cfg.cgroupPath(name))
+}
+
+// killCgroupTasks kills every task left in an instance's cgroups (after a
+// restore that was stopped half way), thawing them first so the kill lands.
+func (d *Daemon) killCgroupTasks(name string) {
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return
+	}
+	_ = cg.Thaw()
+	for range 50 {
+		pids, err := cg.Pids()
+		if err != nil || len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.log.Warn("tasks of a stopped restore are still in its cgroup", "name", name)
 }
 
 // getRecord returns an instance's record, mapping a missing one to

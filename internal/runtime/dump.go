@@ -79,11 +79,7 @@ func (r *Runtime) PrepareCheckpoint(id string, o CheckpointOptions) (*PreparedCh
 		return nil, err
 	}
 	pc := &PreparedCheckpoint{id: id, work: o.WorkPath}
-	var opts *rpc.CriuOpts
-	err := fmt.Errorf("%w: runc removes a container it dumps without leave-running", errNoDirectDump)
-	if o.LeaveRunning {
-		opts, err = r.dumpRequest(id, o)
-	}
+	opts, err := r.dumpRequest(id, o)
 	if errors.Is(err, errNoDirectDump) {
 		r.cfg.Log.Debug("runc checkpoint instead of a direct dump", "id", id, "err", err)
 		pc.fallback = func() error { return r.runcCheckpoint(id, o) }
@@ -151,6 +147,9 @@ func (pc *PreparedCheckpoint) Close() {
 // dumpRequest builds runc's dump request for container id from its state
 // file, and writes descriptors.json next to the images for runc restore.
 func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, error) {
+	if !o.LeaveRunning {
+		return nil, fmt.Errorf("%w: runc removes a container it dumps without leave-running", errNoDirectDump)
+	}
 	b, err := os.ReadFile(filepath.Join(r.cfg.Root, id, "state.json"))
 	if err != nil {
 		return nil, err
