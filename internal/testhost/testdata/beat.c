@@ -1,14 +1,14 @@
-package testhost
-
-// beatSource is a workload for live-migration measurements: it holds MIB
-// MiB of anonymous memory, keeps rewriting it at RATE MiB/s (dirty pages a
-// migration must move), and ticks every millisecond. The largest gap
-// between two ticks since the last reset is the time the process could not
-// run, seen from inside: a migration's real frozen time, post-copy page
-// faults included. It writes that gap in microseconds to /tmp/beat.max
-// whenever it grows; creating /tmp/beat.reset starts a new measurement.
-// It reads the wall clock (CLOCK_REALTIME), which hosts share.
-const beatSource = `#define _GNU_SOURCE
+/*
+ * beat is a workload for live-migration measurements: it holds MIB
+ * MiB of anonymous memory, keeps rewriting it at RATE MiB/s (dirty pages a
+ * migration must move), and ticks every millisecond. The largest gap
+ * between two ticks since the last reset is the time the process could not
+ * run, seen from inside: a migration's real frozen time, post-copy page
+ * faults included. It writes that gap in microseconds to /tmp/beat.max
+ * whenever it grows; creating /tmp/beat.reset starts a new measurement.
+ * It reads the wall clock (CLOCK_REALTIME), which hosts share.
+ */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -61,7 +61,3 @@ int main(int argc, char **argv) {
 		}
 	}
 }
-`
-
-// BuildBeat compiles the beat workload (gcc -static) into the file dst.
-func BuildBeat(dst string) error { return buildStatic("beat", beatSource, dst) }

@@ -1,0 +1,56 @@
+package testhost
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// The C workloads tests and benchmarks run inside containers. Their
+// sources are testdata/*.c (each one's header says what it does); the
+// Build functions compile them with gcc -static, so the binaries run in
+// any container image.
+var (
+	//go:embed testdata/memhog.c
+	memhogSource string
+	//go:embed testdata/beat.c
+	beatSource string
+	//go:embed testdata/undumpable.c
+	undumpableSource string
+)
+
+// BuildMemhog compiles memhog (testdata/memhog.c: fills MiB of anonymous
+// memory with a known sequence and verifies it on SIGUSR1) into dst.
+func BuildMemhog(dst string) error { return buildStatic("memhog", memhogSource, dst) }
+
+// BuildBeat compiles beat (testdata/beat.c: rewrites its memory at a set
+// rate and records the largest gap between its 1 ms ticks, the freeze seen
+// from inside) into dst.
+func BuildBeat(dst string) error { return buildStatic("beat", beatSource, dst) }
+
+// BuildUndumpable compiles undumpable (testdata/undumpable.c: a process
+// tree CRIU refuses to checkpoint) into dst.
+func BuildUndumpable(dst string) error { return buildStatic("undumpable", undumpableSource, dst) }
+
+// buildStatic compiles a C program (gcc -static) into the file dst.
+func buildStatic(name, source, dst string) error {
+	dir, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command("gcc", "-static", "-O2", "-o", dst, src).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gcc %s: %w: %s", name, err, out)
+	}
+	return nil
+}
