@@ -95,6 +95,7 @@ func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.Ins
 	inst := state.Instance{
 		Name: req.Name, Image: src.Image, Created: time.Now().UTC(), Config: cfg,
 		Init: src.Init, Env: src.Env, Cwd: src.Cwd, StopSignal: src.StopSignal, OS: src.OS,
+		State: state.StateStopped,
 	}
 	if err := d.createRecord(&inst); err != nil {
 		return err

@@ -76,6 +76,7 @@ func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.I
 		Cwd:        img.Cwd,
 		StopSignal: img.StopSignal,
 		OS:         img.OS,
+		State:      state.StateStopped,
 	}
 	if err := d.createRecord(&inst); err != nil {
 		return err

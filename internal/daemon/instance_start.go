@@ -169,7 +169,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 
 	osr := d.refreshOS(p.name)
 	_, err = d.state.UpdateInstance(p.name, func(i *state.Instance) error {
-		i.Running = true
+		i.State = state.StateRunning
 		i.LastStart = time.Now().UTC()
 		if osr.ID != "" {
 			i.OS = osr

@@ -220,7 +220,7 @@ func (d *Daemon) reserve(inst *state.Instance, keepAddress bool) error {
 	} else if inst.Address, err = d.net.Allocate(used); err != nil {
 		return errorf(ErrConflict, "%w", err)
 	}
-	inst.Running = false
+	inst.State = state.StateStopped
 	if err := d.state.CreateInstance(*inst); err != nil {
 		if errors.Is(err, state.ErrExists) {
 			return errorf(ErrConflict, "instance %q already exists on %s", inst.Name, d.cfg.Name)

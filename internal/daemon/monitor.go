@@ -92,7 +92,10 @@ func (d *Daemon) cleanupStopped(ctx context.Context, name string, run *running, 
 	}
 	d.mu.Unlock()
 	_, err := d.state.UpdateInstance(name, func(i *state.Instance) error {
-		i.Running = keepRunning
+		i.State = state.StateStopped
+		if keepRunning {
+			i.State = state.StateRunning
+		}
 		if run != nil {
 			i.LastExit = &state.Exit{Status: run.exit.Status, Signal: run.exit.Signal, Time: run.exit.Time}
 		}
@@ -113,7 +116,7 @@ func (d *Daemon) reattach(ctx context.Context) error {
 		return err
 	}
 	for _, inst := range insts {
-		if !inst.Running {
+		if !inst.Running() {
 			// Leftovers of a crash between start steps: free them.
 			_ = d.net.Detach(ctx, inst.Name)
 			continue

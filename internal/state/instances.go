@@ -3,12 +3,10 @@ package state
 import (
 	"net/netip"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // InstanceVersion is the format version of Instance records.
-const InstanceVersion = 1
+const InstanceVersion = 2
 
 // OS names the distribution inside a container or image (from os-release).
 type OS struct {
@@ -24,6 +22,24 @@ type Exit struct {
 	Signal string    `json:"signal,omitempty"`
 	Time   time.Time `json:"time"`
 }
+
+// InstanceState is an instance's durable lifecycle state: what it was
+// last committed to be. The live state (is a process up) is the runtime's;
+// a daemon reconciles the two at start.
+type InstanceState string
+
+// Instance states.
+const (
+	// StateCreating: the record exists but its volume is not complete yet;
+	// a daemon that finds one at start undoes the create.
+	StateCreating InstanceState = "creating"
+	// StateStopped: no processes; the instance may start.
+	StateStopped InstanceState = "stopped"
+	// StateRunning: vessel started it and has not stopped it. At daemon
+	// start it tells a crash (the processes are gone: shown stopped) from
+	// a container that is simply off.
+	StateRunning InstanceState = "running"
+)
 
 // Instance is a container's durable record.
 type Instance struct {
@@ -43,21 +59,23 @@ type Instance struct {
 	// Address is the container's IPv4 address on the bridge, kept for its
 	// whole life (also across restarts and migrations).
 	Address netip.Addr `json:"address"`
-	// Running says vessel started the container and has not stopped it;
-	// at daemon start it tells a crash (shown as stopped) from a container
-	// that is simply off.
-	Running bool `json:"running"`
+	// State is the lifecycle state last committed (see InstanceState).
+	State InstanceState `json:"state"`
+	// RollingBack names the snapshot whose disk is replacing the
+	// container's: set before the old disk goes, cleared once the new one
+	// is in place, so a daemon that crashed in between finishes the job.
+	RollingBack string `json:"rolling_back,omitempty"`
 	// LastStart and LastExit describe the latest run.
 	LastStart time.Time `json:"last_start,omitzero"`
 	LastExit  *Exit     `json:"last_exit,omitempty"`
 }
 
+// Running says the instance's committed state is StateRunning.
+func (i Instance) Running() bool { return i.State == StateRunning }
+
 // CreateInstance stores a new instance; ErrExists if the name is taken.
 func (s *Store) CreateInstance(inst Instance) error {
-	inst.Version = InstanceVersion
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return put(tx, bucketInstances, inst.Name, &inst, true)
-	})
+	return s.Update(func(tx *Tx) error { return tx.CreateInstance(inst) })
 }
 
 // GetInstance returns the instance called name, or ErrNotFound.
@@ -79,20 +97,16 @@ func (s *Store) UpdateInstance(name string, fn func(*Instance) error) (Instance,
 
 // DeleteInstance removes an instance's record.
 func (s *Store) DeleteInstance(name string) error {
-	return del(s, bucketInstances, name)
+	return s.Update(func(tx *Tx) error { return tx.DeleteInstance(name) })
 }
 
 // UsedAddresses returns every address held by an instance.
 func (s *Store) UsedAddresses() ([]netip.Addr, error) {
-	insts, err := s.ListInstances()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]netip.Addr, 0, len(insts))
-	for _, i := range insts {
-		if i.Address.IsValid() {
-			out = append(out, i.Address)
-		}
-	}
-	return out, nil
+	var out []netip.Addr
+	err := s.View(func(tx *Tx) error {
+		var err error
+		out, err = tx.UsedAddresses()
+		return err
+	})
+	return out, err
 }

@@ -25,7 +25,9 @@ import (
 )
 
 // SchemaVersion is the database layout this code reads and writes.
-const SchemaVersion = 1
+// Version 2 added the migrations bucket and Instance.State (version 1 had
+// a "running" flag); Open upgrades a version 1 database in place.
+const SchemaVersion = 2
 
 var (
 	bucketMeta      = []byte("meta")
@@ -36,7 +38,9 @@ var (
 	bucketCerts     = []byte("certificates")
 	bucketTokens    = []byte("tokens")
 	bucketPeers     = []byte("peers")
-	keySchema       = []byte("schema")
+	// bucketMigrations holds the journals of migrations in flight.
+	bucketMigrations = []byte("migrations")
+	keySchema        = []byte("schema")
 )
 
 // Errors.
@@ -61,7 +65,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketSnapshots, bucketCerts, bucketTokens, bucketPeers} {
+		for _, b := range [][]byte{bucketMeta, bucketInstances, bucketImages, bucketAliases, bucketSnapshots, bucketCerts, bucketTokens, bucketPeers, bucketMigrations} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -71,10 +75,16 @@ func Open(path string) (*Store, error) {
 		if v == nil {
 			return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
 		}
-		if n, err := strconv.Atoi(string(v)); err != nil || n > SchemaVersion {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n > SchemaVersion {
 			return fmt.Errorf("%w: database has %q, this vesseld reads up to %d", ErrSchema, v, SchemaVersion)
 		}
-		return nil
+		if n < 2 {
+			if err := upgradeV1(tx); err != nil {
+				return fmt.Errorf("upgrade database from schema %d: %w", n, err)
+			}
+		}
+		return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
 	})
 	if err != nil {
 		db.Close()
@@ -158,4 +168,42 @@ func del(s *Store, bucket []byte, key string) error {
 func sortedBy[T any](recs []T, key func(T) string) []T {
 	sort.Slice(recs, func(i, j int) bool { return key(recs[i]) < key(recs[j]) })
 	return recs
+}
+
+// upgradeV1 turns version 1 instance records ("running": bool) into
+// version 2 ones (State), in the transaction that opens the database.
+func upgradeV1(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketInstances)
+	type v1 struct {
+		Running bool `json:"running"`
+	}
+	updates := map[string]Instance{}
+	err := b.ForEach(func(k, v []byte) error {
+		var old v1
+		var inst Instance
+		if err := json.Unmarshal(v, &old); err != nil {
+			return fmt.Errorf("decode %s %q: %w", bucketInstances, k, err)
+		}
+		if err := json.Unmarshal(v, &inst); err != nil {
+			return fmt.Errorf("decode %s %q: %w", bucketInstances, k, err)
+		}
+		if inst.State == "" {
+			inst.State = StateStopped
+			if old.Running {
+				inst.State = StateRunning
+			}
+		}
+		inst.Version = InstanceVersion
+		updates[string(k)] = inst
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for k, inst := range updates {
+		if err := put(tx, bucketInstances, k, &inst, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }

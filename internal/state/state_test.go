@@ -29,12 +29,12 @@ func TestInstanceCRUD(t *testing.T) {
 	if err := s.CreateInstance(inst); !errors.Is(err, ErrExists) {
 		t.Fatalf("duplicate create: %v, want ErrExists", err)
 	}
-	got, err := s.UpdateInstance("web1", func(i *Instance) error { i.Running = true; return nil })
-	if err != nil || !got.Running || got.Version != InstanceVersion {
+	got, err := s.UpdateInstance("web1", func(i *Instance) error { i.State = StateRunning; return nil })
+	if err != nil || !got.Running() || got.Version != InstanceVersion {
 		t.Fatalf("update: %+v %v", got, err)
 	}
 	boom := errors.New("boom")
-	if _, err := s.UpdateInstance("web1", func(i *Instance) error { i.Running = false; return boom }); !errors.Is(err, boom) {
+	if _, err := s.UpdateInstance("web1", func(i *Instance) error { i.State = StateStopped; return boom }); !errors.Is(err, boom) {
 		t.Fatalf("aborted update: %v", err)
 	}
 	if _, err := s.UpdateInstance("nope", func(*Instance) error { return nil }); !errors.Is(err, ErrNotFound) {
@@ -49,7 +49,7 @@ func TestInstanceCRUD(t *testing.T) {
 	}
 	defer s2.Close()
 	got, err = s2.GetInstance("web1")
-	if err != nil || !got.Running || got.Address != inst.Address {
+	if err != nil || !got.Running() || got.Address != inst.Address {
 		t.Fatalf("after reopen: %+v %v", got, err)
 	}
 	used, _ := s2.UsedAddresses()
