@@ -6,12 +6,16 @@
 //
 //   - Instance: a system container: a record in the state store, a volume in
 //     the storage pool, and, while running, a netns, a cgroup and a process
-//     tree under a shim.
-//   - Live: the in-memory view of running instances (shim and init pids, an
-//     exit channel). It is rebuilt from the shims' state at start
-//     (reattach), so a daemon restart loses nothing.
-//   - Busy: the transient status of an instance an action is working on
-//     ("Starting", "Stopping"), shown by list.
+//     tree under a shim. The instance type (instance.go) owns all of it.
+//   - Action: something done to an instance (start, snapshot, live move);
+//     the transitions table (transitions.go) says from which states.
+//   - Busy: the status list shows while an action works on an instance
+//     ("Starting", "Migrating").
+//   - Reconcile: at start, each record is checked against what the runtime
+//     runs and what the pool holds, and the difference settled (reconcile.go).
+//   - Journal: the record of a migration in flight (state.Migration),
+//     committed with the instance's record, from which a restarted daemon
+//     settles it (migrate_settle.go).
 //
 // Each action takes the instance's own lock (never a global one across a
 // container start), so actions on different instances run in parallel.
@@ -31,6 +35,7 @@ import (
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
+	"github.com/vesselhost/vessel/internal/client"
 	"github.com/vesselhost/vessel/internal/image"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/operations"
@@ -47,12 +52,16 @@ type Daemon struct {
 	lockFile *os.File
 	state    *state.Store
 	storage  storage.Driver
-	net      *network.Manager
-	rt       *runtime.Runtime
-	images   *image.Store
-	ops      *operations.Registry
-	cgParent cgroups.Manager
-	host     api.HostInfo
+	net      instanceNetwork
+	rt       instanceRuntime
+	// cgroupsFor opens a cgroup (cgroups.New); peerAPIFor connects to a
+	// peer host (client.NewHTTPS): seams for the unit tests' fakes.
+	cgroupsFor cgroupsFunc
+	peerAPIFor peerFunc
+	images     *image.Store
+	ops        *operations.Registry
+	cgParent   cgroups.Manager
+	host       api.HostInfo
 
 	// identity is this host's certificate (served over HTTPS, presented to
 	// peers); fingerprint is its SHA-256.
@@ -64,32 +73,31 @@ type Daemon struct {
 	control      cgroups.Manager
 	leaveControl func() error
 
-	// ctx lives as long as the daemon; background work derives from it.
+	// ctx lives as long as the daemon; background work derives from it
+	// and is counted in bg, which Shutdown waits for before it closes the
+	// state store.
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     sync.WaitGroup
 
-	instLocks  keyedMutex // one per instance name
+	insts      registry   // every instance, by name (instance.go)
 	imageLocks keyedMutex // one per image fingerprint (unpacking)
 	addrMu     sync.Mutex // address allocation + record creation
-
-	mu   sync.Mutex
-	live map[string]*running
-	busy map[string]string
 }
 
 // New prepares a daemon: it takes the root's lock, opens the state store,
 // mounts the storage pool, sets up the bridge and cgroup parent, makes sure
-// the built-in image exists and reattaches running containers.
+// the built-in image exists, reconciles the instances' records with what
+// runs and settles migrations a previous daemon left in flight.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	d := &Daemon{
-		cfg:  cfg,
-		log:  log,
-		ops:  operations.NewRegistry(),
-		live: map[string]*running{},
-		busy: map[string]string{},
+		cfg:        cfg,
+		log:        log,
+		ops:        operations.NewRegistry(),
+		cgroupsFor: cgroups.New,
 	}
 	d.ctx, d.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -114,15 +122,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.loadIdentity(); err != nil {
 		return nil, err
 	}
+	d.peerAPIFor = func(p state.Peer) peerAPI { return client.NewHTTPS(p.Addresses[0], p.Fingerprint, d.identity) }
 	if d.images, err = image.NewStore(cfg.imagesDir()); err != nil {
 		return nil, err
 	}
 	if err := d.openStorage(ctx); err != nil {
 		return nil, err
 	}
-	if d.net, err = network.New(cfg.networkConfig()); err != nil {
+	netm, err := network.New(cfg.networkConfig())
+	if err != nil {
 		return nil, err
 	}
+	d.net = netm
 	if err := d.net.Setup(ctx); err != nil {
 		return nil, fmt.Errorf("network setup: %w", err)
 	}
@@ -141,22 +152,60 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.enterControlCgroup(); err != nil {
 		return nil, fmt.Errorf("control cgroup: %w", err)
 	}
-	if d.rt, err = runtime.New(runtime.Config{
+	rt, err := runtime.New(runtime.Config{
 		Runc: cfg.Runc, Criu: cfg.Criu, Shim: cfg.Shim,
 		Root: cfg.runcRoot(), StateDir: cfg.shimDir(),
 		ShimCgroup: cfg.shimsCgroupPath(), Log: log,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	d.rt = rt
 	d.host = d.probeHost(ctx)
 	if err := d.ensureBuiltinImage(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.reattach(ctx); err != nil {
+	if err := d.start(ctx); err != nil {
 		return nil, err
 	}
-	d.recoverMigrations()
 	return d, nil
+}
+
+// start brings the instances back: it loads their records, reconciles
+// each with the runtime and the storage pool, and settles the migrations
+// a previous daemon left in flight (before the API serves: each is locked
+// at once).
+func (d *Daemon) start(ctx context.Context) error {
+	if err := d.importJournalFiles(); err != nil {
+		return err
+	}
+	if err := d.load(); err != nil {
+		return err
+	}
+	d.reconcile(ctx)
+	return d.recoverMigrations()
+}
+
+// load fills the registry from the state store.
+func (d *Daemon) load() error {
+	recs, err := d.state.ListInstances()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		d.insts.add(newInstance(rec))
+	}
+	return nil
+}
+
+// background runs fn as background work of the daemon's: Shutdown waits
+// for it (fn must return once d.ctx is done).
+func (d *Daemon) background(fn func()) {
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		fn()
+	}()
 }
 
 // takeLock makes sure only one daemon uses a root directory.
@@ -200,16 +249,18 @@ func (d *Daemon) openStorage(ctx context.Context) error {
 func (d *Daemon) Config() Config { return d.cfg }
 
 // Shutdown stops background work and closes the daemon. Running containers
-// keep running (their shims are independent processes). When nothing runs,
-// it also releases the host resources it holds: the pool is unmounted (its
-// loop device detached), the bridge and NAT rules removed, the cgroup parent
-// deleted; the next start sets them up again.
+// keep running (their shims are independent processes). It cancels the
+// operations and waits for them and for background work (a settling
+// migration stops retrying; its journal stays for the next start) before
+// it closes the state store. When nothing runs, it also releases the host
+// resources it holds: the pool is unmounted (its loop device detached),
+// the bridge and NAT rules removed, the cgroup parent deleted; the next
+// start sets them up again.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.cancel()
 	d.ops.CancelAll()
-	d.mu.Lock()
-	n := len(d.live)
-	d.mu.Unlock()
+	d.bg.Wait()
+	n := d.insts.countRunning()
 	var errs []error
 	if err := d.leaveControlCgroup(); err != nil {
 		errs = append(errs, err)
@@ -251,30 +302,6 @@ func (d *Daemon) close() {
 	if d.lockFile != nil {
 		d.lockFile.Close()
 	}
-}
-
-// setBusy marks an instance as being worked on; the returned func clears it.
-func (d *Daemon) setBusy(name, status string) func() {
-	d.mu.Lock()
-	d.busy[name] = status
-	d.mu.Unlock()
-	return func() { d.clearBusy(name) }
-}
-
-// clearBusy ends an instance's busy status.
-func (d *Daemon) clearBusy(name string) {
-	d.mu.Lock()
-	delete(d.busy, name)
-	d.mu.Unlock()
-}
-
-// lockInstance takes an instance's lock for an action.
-func (d *Daemon) lockInstance(ctx context.Context, name string) (func(), error) {
-	unlock, err := d.instLocks.Lock(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("instance %q is busy: %w", name, err)
-	}
-	return unlock, nil
 }
 
 // Operations returns the operation registry.

@@ -17,7 +17,11 @@ import (
 // time namespace ("Can't restore sub-task in NS"): the target would fail
 // after the freeze. Such a process must go first (or the move be cold).
 func (d *Daemon) checkDumpable(name string) error {
-	run := d.liveOf(name)
+	inst, err := d.instance(name)
+	if err != nil {
+		return err
+	}
+	run := inst.live()
 	if run == nil {
 		return nil
 	}

@@ -19,17 +19,27 @@ import (
 //	migrate.target.restore         the target restores the container
 //	migrate.source.frozen          the source has checkpointed the container
 //	migrate.source.started         the source has told the target to start it
+//	migrate.target.reserved        the target has reserved the name (record and journal)
+//	instance.start.launched        a start or restore has made the processes, not yet recorded them
+//	instance.create.volume         a create has made the volume, not yet recorded it complete
+//	snapshot.restore.deleted       a snapshot restore has deleted the old disk, not yet cloned the new
 //
 // Actions: "cut" closes the migration connection abruptly (a vanished
 // peer), "fail" reports an error to the peer, "crash" kills the daemon
 // (SIGKILL, so nothing of it runs on the way out), "hang" (restore only)
-// makes the restore never return, as a stuck CRIU would.
+// makes the restore never return, as a stuck CRIU would. The points
+// outside migrate.target.* take "crash" only: each is a window between
+// two steps of an action that a restarted daemon must settle.
 const (
-	faultRecvDisk      = "migrate.target.recv-disk"
-	faultBeforeRestore = "migrate.target.before-restore"
-	faultRestore       = "migrate.target.restore"
-	faultSourceFrozen  = "migrate.source.frozen"
-	faultSourceStarted = "migrate.source.started"
+	faultRecvDisk        = "migrate.target.recv-disk"
+	faultBeforeRestore   = "migrate.target.before-restore"
+	faultRestore         = "migrate.target.restore"
+	faultSourceFrozen    = "migrate.source.frozen"
+	faultSourceStarted   = "migrate.source.started"
+	faultTargetReserved  = "migrate.target.reserved"
+	faultStartLaunched   = "instance.start.launched"
+	faultCreateVolume    = "instance.create.volume"
+	faultRollbackDeleted = "snapshot.restore.deleted"
 )
 
 // ParseFaults turns POINT=ACTION strings into Config.Faults.

@@ -94,12 +94,8 @@ func lastLine(out string) string {
 // ServerInfo returns the daemon's and host's description.
 func (d *Daemon) ServerInfo(ctx context.Context) api.Server {
 	h := d.host
-	if insts, err := d.state.ListInstances(); err == nil {
-		h.Instances = len(insts)
-	}
-	d.mu.Lock()
-	h.InstancesUp = len(d.live)
-	d.mu.Unlock()
+	h.Instances = len(d.insts.list())
+	h.InstancesUp = d.insts.countRunning()
 	h.Control = d.controlPlane()
 	h.StorageDevices = d.storageDevices(ctx)
 	return api.Server{APIVersion: api.Version, Host: h}
@@ -128,9 +124,8 @@ func (d *Daemon) StoragePool(ctx context.Context) (api.StoragePool, error) {
 	if devs, err := d.storage.BlockDevices(ctx); err == nil {
 		out.Devices = devs
 	}
-	insts, _ := d.state.ListInstances()
 	imgs, _ := d.state.ListImages()
-	out.Volumes[string(storage.VolumeContainer)] = len(insts)
+	out.Volumes[string(storage.VolumeContainer)] = len(d.insts.list())
 	for _, img := range imgs {
 		if d.storage.VolumeExists(storage.Volume{Type: storage.VolumeImage, Name: img.Fingerprint}) {
 			out.Volumes[string(storage.VolumeImage)]++

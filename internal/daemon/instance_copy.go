@@ -2,16 +2,12 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"maps"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/operations"
-	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/state"
-	"github.com/vesselhost/vessel/internal/storage"
 )
 
 // copyInstance validates a copy request (source "NAME/SNAP", a snapshot, or
@@ -30,17 +26,14 @@ func (d *Daemon) copyInstance(ctx context.Context, req api.InstancesPost) (*oper
 	if err := validateConfig(req.Config); err != nil {
 		return nil, err
 	}
-	if _, err := d.getRecord(srcName); err != nil {
-		return nil, err
-	}
 	if snap != "" {
 		if _, err := d.getSnapshotRecord(srcName, snap); err != nil {
 			return nil, err
 		}
-	} else if d.liveOf(srcName) != nil {
-		return nil, errorf(ErrConflict, "instance %q is running: stop it, or copy one of its snapshots", srcName)
+	} else if _, err := d.checkNow(srcName, actCopyFrom, false); err != nil {
+		return nil, err
 	}
-	if _, err := d.state.GetInstance(req.Name); err == nil {
+	if d.insts.get(req.Name) != nil {
 		return nil, errorf(ErrConflict, "instance %q already exists", req.Name)
 	}
 	return d.ops.Start(d.ctx, "Copying instance", instanceResources(req.Name), func(ctx context.Context, op *operations.Operation) error {
@@ -48,32 +41,22 @@ func (d *Daemon) copyInstance(ctx context.Context, req api.InstancesPost) (*oper
 	}), nil
 }
 
+// copy holds the source's lock while its disk is cloned: it must not
+// start, restore or go meanwhile. The new instance is registered (and
+// locked) after the source is locked; the new name is nobody's source
+// yet, so two copies never wait on each other.
 func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.InstancesPost, srcName, snap string) error {
-	unlock, err := d.lockInstance(ctx, req.Name)
+	act := actCopyFrom
+	if snap != "" {
+		act = actSnapshot // any state: a snapshot does not change
+	}
+	src, release, err := d.lock(ctx, srcName, act, false)
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	defer d.setBusy(req.Name, api.StatusStarting)()
-	// The source must not change (start, restore, delete) while it is
-	// cloned. Locks are taken new-then-source; the new name is not yet
-	// anyone's source, so two copies cannot wait on each other.
-	unlockSrc, err := d.lockInstance(ctx, srcName)
-	if err != nil {
-		return err
-	}
-	srcUnlocked := false
-	defer func() {
-		if !srcUnlocked {
-			unlockSrc()
-		}
-	}()
-
-	src, err := d.getRecord(srcName)
-	if err != nil {
-		return err
-	}
-	cfg := src.Config
+	defer release()
+	srcRec := src.record()
+	cfg := srcRec.Config
 	srcVol := containerVolume(srcName)
 	if snap != "" {
 		rec, err := d.getSnapshotRecord(srcName, snap)
@@ -81,41 +64,16 @@ func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.Ins
 			return err
 		}
 		cfg, srcVol = rec.Config, snapshotVolume(srcName, snap)
-	} else if d.liveOf(srcName) != nil {
-		return errorf(ErrConflict, "instance %q is running: stop it, or copy one of its snapshots", srcName)
 	}
 	cfg = maps.Clone(cfg)
 	if cfg == nil {
 		cfg = map[string]string{}
 	}
 	maps.Copy(cfg, req.Config)
-
-	r := revert.New()
-	defer r.Fail()
-	inst := state.Instance{
-		Name: req.Name, Image: src.Image, Created: time.Now().UTC(), Config: cfg,
-		Init: src.Init, Env: src.Env, Cwd: src.Cwd, StopSignal: src.StopSignal, OS: src.OS,
-		State: state.StateStopped,
+	rec := state.Instance{
+		Name: req.Name, Image: srcRec.Image, Created: time.Now().UTC(), Config: cfg,
+		Init: srcRec.Init, Env: srcRec.Env, Cwd: srcRec.Cwd, StopSignal: srcRec.StopSignal, OS: srcRec.OS,
+		State: state.StateCreating,
 	}
-	if err := d.createRecord(&inst); err != nil {
-		return err
-	}
-	r.Add(func() { _ = d.state.DeleteInstance(inst.Name) })
-
-	op.SetMetadata(map[string]any{"stage": "rootfs"})
-	vol := containerVolume(inst.Name)
-	if err := d.storage.CloneVolume(ctx, vol, srcVol, false); err != nil {
-		if errors.Is(err, storage.ErrVolumeExists) {
-			return errorf(ErrConflict, "a volume for %q exists already", inst.Name)
-		}
-		return fmt.Errorf("copy root filesystem: %w", err)
-	}
-	r.Add(func() { _ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol) })
-	unlockSrc()
-	srcUnlocked = true
-	if err := d.finishCreate(ctx, op, inst, req.Start); err != nil {
-		return err
-	}
-	r.Success()
-	return nil
+	return d.createFrom(ctx, op, rec, srcVol, req.Start)
 }

@@ -39,7 +39,7 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.state.GetInstance(req.Name); err == nil {
+	if d.insts.get(req.Name) != nil {
 		return nil, errorf(ErrConflict, "instance %q already exists", req.Name)
 	}
 	desc := "Creating instance"
@@ -51,22 +51,16 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 	}), nil
 }
 
+// create makes a new instance from an image: the record (state
+// "creating", so a crash in the middle is undone at the next start), the
+// image's volume if this is its first container, the container volume
+// cloned from it, the identity files; then "stopped", and a start if asked.
 func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.InstancesPost, img state.Image) error {
-	unlock, err := d.lockInstance(ctx, req.Name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	defer d.setBusy(req.Name, api.StatusStarting)()
-
-	r := revert.New()
-	defer r.Fail()
-
 	op.SetMetadata(map[string]any{"stage": "image"})
 	if err := d.ensureImageVolume(ctx, img.Fingerprint); err != nil {
 		return err
 	}
-	inst := state.Instance{
+	rec := state.Instance{
 		Name:       req.Name,
 		Image:      img.Fingerprint,
 		Created:    time.Now().UTC(),
@@ -76,63 +70,50 @@ func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.I
 		Cwd:        img.Cwd,
 		StopSignal: img.StopSignal,
 		OS:         img.OS,
-		State:      state.StateStopped,
+		State:      state.StateCreating,
 	}
-	if err := d.createRecord(&inst); err != nil {
-		return err
-	}
-	r.Add(func() { _ = d.state.DeleteInstance(inst.Name) })
-
-	op.SetMetadata(map[string]any{"stage": "rootfs"})
-	vol := containerVolume(inst.Name)
 	src := storage.Volume{Type: storage.VolumeImage, Name: img.Fingerprint}
-	if err := d.storage.CloneVolume(ctx, vol, src, false); err != nil {
-		return fmt.Errorf("create root filesystem: %w", err)
-	}
-	r.Add(func() { _ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol) })
-	if err := d.finishCreate(ctx, op, inst, req.Start); err != nil {
-		return err
-	}
-	r.Success()
-	return nil
+	return d.createFrom(ctx, op, rec, src, req.Start)
 }
 
-// finishCreate gives a new container's root filesystem its identity and
-// starts the container if asked; the caller keeps or undoes its work.
-func (d *Daemon) finishCreate(ctx context.Context, op *operations.Operation, inst state.Instance, start bool) error {
-	if err := writeIdentity(d.storage.Path(containerVolume(inst.Name)), inst.Name); err != nil {
+// createFrom registers rec (state "creating"), clones src into its
+// container volume, gives it its identity, commits "stopped" and starts it
+// if asked. A failure undoes all of it.
+func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec state.Instance, src storage.Volume, start bool) error {
+	inst, release, err := d.register(rec, api.StatusStarting, false, nil)
+	if err != nil {
+		return err
+	}
+	defer release()
+	r := revert.New()
+	defer r.Fail()
+	bg := context.WithoutCancel(ctx)
+	r.Add(func() { d.undo("forget", inst.name, d.forget(inst)) })
+
+	op.SetMetadata(map[string]any{"stage": "rootfs"})
+	vol := containerVolume(inst.name)
+	if err := d.storage.CloneVolume(ctx, vol, src, false); err != nil {
+		if errors.Is(err, storage.ErrVolumeExists) {
+			return errorf(ErrConflict, "a volume for %q exists already: %w", inst.name, err)
+		}
+		return fmt.Errorf("create root filesystem: %w", err)
+	}
+	r.Add(func() { d.undo("delete volume", inst.name, d.storage.DeleteVolume(bg, vol)) })
+	d.crashAt(faultCreateVolume)
+	if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+		return err
+	}
+	if err := d.setState(inst, state.StateStopped, nil); err != nil {
 		return err
 	}
 	if start {
 		op.SetMetadata(map[string]any{"stage": "start"})
-		if err := d.startLocked(ctx, inst.Name); err != nil {
+		if err := d.startLocked(ctx, inst); err != nil {
 			return err
 		}
 	}
-	op.SetMetadata(map[string]any{"stage": "done", "ipv4": inst.Address.String()})
-	return nil
-}
-
-// createRecord allocates the instance's address and stores its record in
-// one step, so concurrent creates never share an address or a name.
-func (d *Daemon) createRecord(inst *state.Instance) error {
-	d.addrMu.Lock()
-	defer d.addrMu.Unlock()
-	used, err := d.state.UsedAddresses()
-	if err != nil {
-		return err
-	}
-	addr, err := d.net.Allocate(used)
-	if err != nil {
-		return errorf(ErrConflict, "%w", err)
-	}
-	inst.Address = addr
-	if err := d.state.CreateInstance(*inst); err != nil {
-		if errors.Is(err, state.ErrExists) {
-			return errorf(ErrConflict, "instance %q already exists", inst.Name)
-		}
-		return err
-	}
+	r.Success()
+	op.SetMetadata(map[string]any{"stage": "done", "ipv4": inst.record().Address.String()})
 	return nil
 }
 

@@ -19,17 +19,17 @@ type ExecIO struct {
 
 // Exec runs a command in a running instance and returns its exit code.
 func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio ExecIO) (int, error) {
-	inst, err := d.getRecord(name)
+	inst, err := d.instance(name)
 	if err != nil {
 		return -1, err
 	}
 	if len(req.Command) == 0 {
 		return -1, errorf(ErrInvalid, "no command given")
 	}
-	if d.liveOf(name) == nil {
-		return -1, errorf(ErrConflict, "instance %q is not running", name)
+	if err := actExec.allowed(inst, false); err != nil {
+		return -1, err
 	}
-	env := append([]string{}, inst.Env...)
+	env := append([]string{}, inst.record().Env...)
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {
 		keys = append(keys, k)

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"syscall"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
@@ -13,6 +15,32 @@ import (
 // puts init in it (runc's own spec carries no limits, so it writes none),
 // so no process of the container ever runs unlimited. A running
 // container's limits change through UpdateInstance.
+
+// instanceCgroup opens an instance's cgroup, PARENT/NAME.
+func (d *Daemon) instanceCgroup(name string) (cgroups.Manager, error) {
+	return d.cgroupsFor(d.cfg.cgroupPath(name))
+}
+
+// killCgroupTasks kills every task left in an instance's cgroups (after a
+// restore that was stopped half way), thawing them first so the kill lands.
+func (d *Daemon) killCgroupTasks(name string) {
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return
+	}
+	_ = cg.Thaw()
+	for range 50 {
+		pids, err := cg.Pids()
+		if err != nil || len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.log.Warn("tasks of a stopped restore are still in its cgroup", "name", name)
+}
 
 // limitsFor converts a configuration to cgroup limits for the pool's
 // devices. Disk limits need the devices; other limits do not.

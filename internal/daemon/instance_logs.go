@@ -12,7 +12,7 @@ import (
 // file first, then the current one. With follow it keeps writing what is
 // appended until ctx ends.
 func (d *Daemon) Logs(ctx context.Context, name string, follow bool, w io.Writer) error {
-	if _, err := d.getRecord(name); err != nil {
+	if _, err := d.instance(name); err != nil {
 		return err
 	}
 	path := d.cfg.logPath(name)

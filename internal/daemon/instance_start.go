@@ -12,37 +12,21 @@ import (
 	"github.com/vesselhost/vessel/internal/state"
 )
 
-// criuOptions are the CRIU options of every checkpoint and restore of a
-// vessel container. CRIU's network lock (iptables rules around the dump,
-// and again around the restore, which follows the dump's method) costs
-// ~150 ms of frozen time; vessel locks the network itself where it matters
-// (a live migration takes the container's host veth down, see
-// network.Manager.SetHostLink).
-var criuOptions = []string{"network-lock skip"}
-
-// setupCRIUConfig writes criuOptions to RUN/criu.conf and points
-// CRIU_CONFIG_FILE at it, so every CRIU that runc and the shims start
-// (they inherit the daemon's environment) reads it. Not runc's
-// per-container "org.criu.config": CRIU 4.1.1 crashes parsing
-// --network-lock from an RPC configuration file (it reads argv[optind]
-// with a NULL argv); the environment's file is parsed with the real
-// command line. It also makes RUN/empty, the empty directory masked
-// directories are bind mounts of (see runtime.SpecOptions.EmptyDir).
-func (d *Daemon) setupCRIUConfig() error {
-	if err := os.MkdirAll(d.cfg.emptyDir(), 0o555); err != nil {
-		return err
-	}
-	path := filepath.Join(d.cfg.RunDir, "criu.conf")
-	if err := runtime.WriteCRIUConfig(path, criuOptions...); err != nil {
-		return err
-	}
-	return os.Setenv("CRIU_CONFIG_FILE", path)
-}
+// Starting an instance is two steps: prepareRun does everything a start
+// needs before processes exist (network, cgroup and limits, bundle), and
+// launchPrepared creates them (a fresh start, or a CRIU restore), watches
+// them and commits the running state. A live migration's target prepares
+// before the source freezes, so none of the preparation is frozen time.
+//
+// Crash safety: the state is committed after the processes exist. A daemon
+// that dies in between finds, at its next start, processes the runtime
+// knows and a record that says stopped: reconcile adopts them (the
+// network is there, prepared before the launch).
 
 // startLocked starts a stopped instance; the caller holds its lock.
-func (d *Daemon) startLocked(ctx context.Context, name string) error {
-	return d.runLocked(ctx, name, false, func(bundle, logPath string) (runtime.Process, error) {
-		return d.rt.Start(ctx, name, bundle, runtime.StartOptions{LogPath: logPath})
+func (d *Daemon) startLocked(ctx context.Context, inst *instance) error {
+	return d.runLocked(ctx, inst, false, func(bundle, logPath string) (runtime.Process, error) {
+		return d.rt.Start(ctx, inst.name, bundle, runtime.StartOptions{LogPath: logPath})
 	})
 }
 
@@ -51,18 +35,18 @@ func (d *Daemon) startLocked(ctx context.Context, name string) error {
 type launchFunc func(bundle, logPath string) (runtime.Process, error)
 
 // runLocked makes a stopped instance run: prepareRun, then launch.
-func (d *Daemon) runLocked(ctx context.Context, name string, netLock bool, launch launchFunc) error {
-	p, err := d.prepareRun(ctx, name, netLock)
+func (d *Daemon) runLocked(ctx context.Context, inst *instance, netLock bool, launch launchFunc) error {
+	p, err := d.prepareRun(ctx, inst, netLock)
 	if err != nil {
 		return err
 	}
-	return d.launchPrepared(ctx, p, launch)
+	return d.launchPrepared(ctx, p, launch, nil)
 }
 
 // prepared is an instance ready to launch: network attached, bundle
 // written. abort undoes it.
 type prepared struct {
-	name    string
+	inst    *instance
 	bundle  string
 	logPath string
 	netLock bool
@@ -74,18 +58,14 @@ func (p *prepared) abort() { p.r.Fail() }
 
 // prepareRun does everything a start needs before processes exist. With
 // netLock the container's link stays down until launchPrepared is done (a
-// restore: no packet reaches half-restored sockets). A live migration's
-// target prepares before the source freezes, so none of this counts as
-// frozen time.
-func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *prepared, err error) {
-	inst, err := d.getRecord(name)
-	if err != nil {
-		return nil, err
+// restore: no packet reaches half-restored sockets).
+func (d *Daemon) prepareRun(ctx context.Context, inst *instance, netLock bool) (_ *prepared, err error) {
+	if inst.live() != nil {
+		return nil, errorf(ErrConflict, "instance %q is already running", inst.name)
 	}
-	if d.liveOf(name) != nil {
-		return nil, errorf(ErrConflict, "instance %q is already running", name)
-	}
-	p := &prepared{name: name, netLock: netLock, config: inst.Config, r: revert.New(),
+	rec := inst.record()
+	name := inst.name
+	p := &prepared{inst: inst, netLock: netLock, config: rec.Config, r: revert.New(),
 		bundle: d.cfg.bundleDir(name), logPath: d.cfg.logPath(name)}
 	defer func() {
 		if err != nil {
@@ -93,11 +73,11 @@ func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *
 		}
 	}()
 	bg := context.WithoutCancel(ctx)
-	ep, err := d.net.Attach(ctx, name, inst.Address)
+	ep, err := d.net.Attach(ctx, name, rec.Address)
 	if err != nil {
 		return nil, errorf(ErrConflict, "network: %w", err)
 	}
-	p.r.Add(func() { _ = d.net.Detach(bg, name) })
+	p.r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
 	if netLock {
 		if err := d.net.SetHostLink(name, false); err != nil {
 			return nil, err
@@ -108,21 +88,17 @@ func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *
 	// until it runs (startCPUWeight): the container's side of starting
 	// (runc's init: namespaces, mounts, seccomp) is control work, and must
 	// not queue behind busy neighbours while the host fills up.
-	p.r.Add(func() {
-		if cg, err := d.instanceCgroup(name); err == nil {
-			_ = cg.Destroy()
-		}
-	})
-	if err := d.applyLimits(ctx, name, inst.Config, d.startCPUWeight()); err != nil {
+	p.r.Add(func() { d.destroyCgroup(name) })
+	if err := d.applyLimits(ctx, name, rec.Config, d.startCPUWeight()); err != nil {
 		return nil, fmt.Errorf("limits of %s: %w", name, err)
 	}
 	spec, err := runtime.GenerateSpec(runtime.SpecOptions{
 		ID:          name,
 		Hostname:    name,
 		Rootfs:      d.storage.Path(containerVolume(name)),
-		Args:        inst.Init,
-		Env:         append(append([]string{}, inst.Env...), "container=vessel"),
-		Cwd:         inst.Cwd,
+		Args:        rec.Init,
+		Env:         append(append([]string{}, rec.Env...), "container=vessel"),
+		Cwd:         rec.Cwd,
 		Netns:       ep.Netns,
 		CgroupsPath: d.cfg.cgroupPath(name),
 		EmptyDir:    d.cfg.emptyDir(),
@@ -139,42 +115,90 @@ func (d *Daemon) prepareRun(ctx context.Context, name string, netLock bool) (_ *
 	return p, nil
 }
 
-// launchPrepared creates the processes, watches them and records the
-// start. A failure undoes the preparation too.
-func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchFunc) (err error) {
+// launchPrepared creates the processes, watches them and commits the
+// running state, with whatever also writes in the same transaction (a
+// migration target's journal goes with it). A failure undoes the
+// preparation too.
+func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchFunc, also func(*state.Tx) error) (err error) {
 	defer func() {
 		if err != nil {
 			p.abort()
 		}
 	}()
 	bg := context.WithoutCancel(ctx)
+	name := p.inst.name
 	proc, err := launch(p.bundle, p.logPath)
 	if err != nil {
 		return err
 	}
-	p.r.Add(func() { _ = d.rt.Kill(bg, p.name); _ = d.rt.Delete(bg, p.name) })
+	p.r.Add(func() {
+		d.undo("kill", name, d.rt.Kill(bg, name))
+		d.undo("delete runtime state", name, d.rt.Delete(bg, name))
+	})
+	d.crashAt(faultStartLaunched)
 	// It runs: the container's own weight from now on.
-	if err := d.applyLimits(ctx, p.name, p.config, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", p.name, err)
+	if err := d.applyLimits(ctx, name, p.config, 0); err != nil {
+		return fmt.Errorf("limits of %s: %w", name, err)
 	}
 	if p.netLock {
-		if err := d.net.SetHostLink(p.name, true); err != nil {
+		if err := d.net.SetHostLink(name, true); err != nil {
 			return err
 		}
 	}
-	if _, err := d.track(p.name, proc); err != nil {
+	run, err := d.track(p.inst, proc)
+	if err != nil {
 		return err
 	}
-	p.r.Success()
-
-	osr := d.refreshOS(p.name)
-	_, err = d.state.UpdateInstance(p.name, func(i *state.Instance) error {
-		i.State = state.StateRunning
-		i.LastStart = time.Now().UTC()
+	p.r.Add(func() { p.inst.clearLive(run) })
+	osr := d.refreshOS(name)
+	err = d.setState(p.inst, state.StateRunning, func(tx *state.Tx, rec *state.Instance) error {
+		rec.LastStart = time.Now().UTC()
 		if osr.ID != "" {
-			i.OS = osr
+			rec.OS = osr
+		}
+		if also != nil {
+			return also(tx)
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("record the start of %s: %w", name, err)
+	}
+	p.r.Success()
+	return nil
+}
+
+// track registers an instance's processes and starts watching for their
+// exit.
+func (d *Daemon) track(inst *instance, proc runtime.Process) (*running, error) {
+	ch, err := d.rt.Watch(inst.name)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", inst.name, err)
+	}
+	run := &running{proc: proc, exited: make(chan struct{})}
+	inst.setLive(run)
+	go func() {
+		run.exit = <-ch
+		close(run.exited)
+		d.onExit(inst, run)
+	}()
+	return run, nil
+}
+
+// undo logs the failure of one step of undoing failed work: the step's
+// own error must not hide the failure that caused the undo, but it must
+// not vanish either.
+func (d *Daemon) undo(what, name string, err error) {
+	if err != nil {
+		d.log.Error("undo after a failure: "+what, "name", name, "err", err)
+	}
+}
+
+// destroyCgroup removes an instance's cgroup, logging a failure.
+func (d *Daemon) destroyCgroup(name string) {
+	cg, err := d.instanceCgroup(name)
+	if err == nil {
+		err = cg.Destroy()
+	}
+	d.undo("remove cgroup", name, err)
 }

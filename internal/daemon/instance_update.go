@@ -19,7 +19,7 @@ import (
 // what the container uses and cannot give back), the previous limits are
 // written again and nothing is saved.
 func (d *Daemon) UpdateInstance(ctx context.Context, name string, req api.InstancePatch) (*operations.Operation, error) {
-	if _, err := d.getRecord(name); err != nil {
+	if _, err := d.instance(name); err != nil {
 		return nil, err
 	}
 	if len(req.Config) == 0 {
@@ -38,23 +38,21 @@ func (d *Daemon) UpdateInstance(ctx context.Context, name string, req api.Instan
 		return nil, err
 	}
 	return d.ops.Start(d.ctx, "Updating instance", instanceResources(name), func(ctx context.Context, _ *operations.Operation) error {
-		unlock, err := d.lockInstance(ctx, name)
+		inst, release, err := d.lock(ctx, name, actUpdate, false)
 		if err != nil {
 			return err
 		}
-		defer unlock()
-		return d.updateLocked(ctx, name, req.Config)
+		defer release()
+		return d.updateLocked(ctx, inst, req.Config)
 	}), nil
 }
 
 // updateLocked merges patch into the instance's configuration, applies and
 // saves it; the caller holds the instance's lock.
-func (d *Daemon) updateLocked(ctx context.Context, name string, patch map[string]string) error {
-	inst, err := d.getRecord(name)
-	if err != nil {
-		return err
-	}
-	cfg := maps.Clone(inst.Config)
+func (d *Daemon) updateLocked(ctx context.Context, inst *instance, patch map[string]string) error {
+	name := inst.name
+	prev := inst.record().Config
+	cfg := maps.Clone(prev)
 	if cfg == nil {
 		cfg = map[string]string{}
 	}
@@ -68,18 +66,18 @@ func (d *Daemon) updateLocked(ctx context.Context, name string, patch map[string
 	if err := validateConfig(cfg); err != nil {
 		return err
 	}
-	running := d.liveOf(name) != nil
+	running := inst.live() != nil
 	if running {
 		if err := d.applyLimits(ctx, name, cfg, 0); err != nil {
-			return d.restoreLimits(ctx, name, inst.Config, err)
+			return d.restoreLimits(ctx, name, prev, err)
 		}
 	}
-	_, err = d.state.UpdateInstance(name, func(i *state.Instance) error {
-		i.Config = cfg
+	err := d.save(inst, func(_ *state.Tx, rec *state.Instance) error {
+		rec.Config = cfg
 		return nil
 	})
 	if err != nil && running {
-		return d.restoreLimits(ctx, name, inst.Config, fmt.Errorf("save configuration: %w", err))
+		return d.restoreLimits(ctx, name, prev, fmt.Errorf("save configuration: %w", err))
 	}
 	return err
 }
@@ -89,10 +87,10 @@ func (d *Daemon) updateLocked(ctx context.Context, name string, patch map[string
 func (d *Daemon) restoreLimits(ctx context.Context, name string, prev map[string]string, cause error) error {
 	if err := d.applyLimits(context.WithoutCancel(ctx), name, prev, 0); err != nil {
 		d.log.Error("restore previous limits", "name", name, "err", err)
-		return fmt.Errorf("apply configuration to %q: %w; restoring the previous limits failed too: %v", name, cause, err)
+		return fmt.Errorf("apply configuration to %q: %w; restoring the previous limits failed too: %w", name, cause, err)
 	}
 	if errors.Is(cause, ErrInvalid) || errors.Is(cause, ErrConflict) {
 		return fmt.Errorf("%w (previous limits kept)", cause)
 	}
-	return errorf(ErrConflict, "apply configuration to %q: %v (previous limits kept)", name, cause)
+	return errorf(ErrConflict, "apply configuration to %q: %w (previous limits kept)", name, cause)
 }

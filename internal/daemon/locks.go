@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// keyedMutex serialises work per key (an instance or image name) while
+// keyedMutex serialises work per key (an image fingerprint) while
 // work on different keys runs in parallel. Waiting honours ctx.
 type keyedMutex struct {
 	mu sync.Mutex

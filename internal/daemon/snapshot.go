@@ -52,7 +52,7 @@ func renderSnapshot(s state.Snapshot) api.Snapshot {
 // getSnapshotRecord returns a snapshot's record, with clear errors for an
 // unknown instance or snapshot.
 func (d *Daemon) getSnapshotRecord(name, snap string) (state.Snapshot, error) {
-	if _, err := d.getRecord(name); err != nil {
+	if _, err := d.instance(name); err != nil {
 		return state.Snapshot{}, err
 	}
 	s, err := d.state.GetSnapshot(name, snap)
@@ -64,7 +64,7 @@ func (d *Daemon) getSnapshotRecord(name, snap string) (state.Snapshot, error) {
 
 // ListSnapshots returns an instance's snapshots, oldest first.
 func (d *Daemon) ListSnapshots(ctx context.Context, name string) ([]api.Snapshot, error) {
-	if _, err := d.getRecord(name); err != nil {
+	if _, err := d.instance(name); err != nil {
 		return nil, err
 	}
 	recs, err := d.state.ListSnapshots(name)

@@ -29,7 +29,11 @@ const captureSpare = 32
 // Allowed on a running instance (frozen for the copy) or a stopped one;
 // Stateful needs a running one.
 func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.SnapshotsPost) (*operations.Operation, error) {
-	if _, err := d.getRecord(name); err != nil {
+	act := actSnapshot
+	if req.Stateful {
+		act = actStatefulSnapshot
+	}
+	if _, err := d.checkNow(name, act, false); err != nil {
 		return nil, err
 	}
 	if req.Name == "" {
@@ -45,39 +49,32 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
 		return nil, errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
 	}
-	if req.Stateful && d.liveOf(name) == nil {
-		return nil, errorf(ErrConflict, "instance %q is not running: a stateful snapshot saves running processes", name)
-	}
 	if req.Stateful {
 		if err := d.checkDumpable(name); err != nil {
 			return nil, err
 		}
 	}
 	return d.ops.Start(d.ctx, "Creating snapshot", snapshotResources(name, req.Name), func(ctx context.Context, op *operations.Operation) error {
-		unlock, err := d.lockInstance(ctx, name)
+		inst, release, err := d.lock(ctx, name, act, false)
 		if err != nil {
 			return err
 		}
-		defer unlock()
-		return d.snapshotLocked(ctx, op, name, req)
+		defer release()
+		return d.snapshotLocked(ctx, op, inst, req)
 	}), nil
 }
 
 // snapshotLocked takes the snapshot; the caller holds the instance's lock.
 // On any failure or cancellation nothing of the snapshot is left, and a
 // running container is thawed and keeps running.
-func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, name string, req api.SnapshotsPost) error {
-	inst, err := d.getRecord(name)
-	if err != nil {
-		return err
-	}
+func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, inst *instance, req api.SnapshotsPost) error {
+	name := inst.name
+	rec := inst.record()
+	var err error
 	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
 		return errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
 	}
-	running := d.liveOf(name) != nil
-	if req.Stateful && !running {
-		return errorf(ErrConflict, "instance %q is not running: a stateful snapshot saves running processes", name)
-	}
+	running := inst.live() != nil
 	r := revert.New()
 	defer r.Fail()
 	bg := context.WithoutCancel(ctx)
@@ -122,18 +119,18 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, n
 	if err != nil {
 		return err
 	}
-	rec := state.Snapshot{
+	snapRec := state.Snapshot{
 		Instance: name,
 		Name:     req.Name,
 		Created:  t0.UTC(),
 		Stateful: req.Stateful,
 		FrozenMs: ms(frozen),
-		Config:   inst.Config,
-		OS:       inst.OS,
+		Config:   rec.Config,
+		OS:       rec.OS,
 	}
 	if ck != nil {
 		op.SetMetadata(map[string]any{api.MetaStage: "sync"})
-		if rec.MemoryBytes, err = ck.finish(); err != nil {
+		if snapRec.MemoryBytes, err = ck.finish(); err != nil {
 			return err
 		}
 		// For benchmarks: where the time went.
@@ -144,17 +141,17 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, n
 			"io":         ck.d.cfg.SnapshotIO,
 		})
 	}
-	if rec.DiskBytes, err = d.storage.VolumeUsage(ctx, snapVol); err != nil {
+	if snapRec.DiskBytes, err = d.storage.VolumeUsage(ctx, snapVol); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := d.state.CreateSnapshot(rec); err != nil {
+	if err := d.state.CreateSnapshot(snapRec); err != nil {
 		return err
 	}
 	r.Success()
-	op.SetMetadata(map[string]any{api.MetaStage: "done", api.MetaSnapshot: req.Name, api.MetaFrozenMs: rec.FrozenMs})
+	op.SetMetadata(map[string]any{api.MetaStage: "done", api.MetaSnapshot: req.Name, api.MetaFrozenMs: snapRec.FrozenMs})
 	return nil
 }
 
@@ -344,16 +341,3 @@ func syncPath(p string) error {
 
 // ms is a duration in milliseconds with microsecond precision.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// thawLeftover thaws a running container found frozen at daemon start: a
-// daemon that died during a snapshot's frozen window left it so (vessel
-// freezes containers for nothing else).
-func (d *Daemon) thawLeftover(name string) {
-	cg, err := d.instanceCgroup(name)
-	if err == nil {
-		err = cg.Thaw()
-	}
-	if err != nil {
-		d.log.Warn("thaw at reattach", "name", name, "err", err)
-	}
-}

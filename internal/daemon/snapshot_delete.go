@@ -14,11 +14,11 @@ func (d *Daemon) DeleteSnapshot(ctx context.Context, name, snap string) (*operat
 		return nil, err
 	}
 	return d.ops.Start(d.ctx, "Deleting snapshot", snapshotResources(name, snap), func(ctx context.Context, _ *operations.Operation) error {
-		unlock, err := d.lockInstance(ctx, name)
+		_, release, err := d.lock(ctx, name, actDeleteSnapshot, false)
 		if err != nil {
 			return err
 		}
-		defer unlock()
+		defer release()
 		if _, err := d.getSnapshotRecord(name, snap); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
 )
 
 // RestoreSnapshot validates a restore request and runs it as an operation.
@@ -25,61 +26,78 @@ func (d *Daemon) RestoreSnapshot(ctx context.Context, name, snap string, req api
 	if req.Stateful && !rec.Stateful {
 		return nil, errorf(ErrInvalid, "snapshot %q of instance %q holds no memory state: restore it without --stateful", snap, name)
 	}
-	if d.liveOf(name) != nil && !req.Force {
-		return nil, errorf(ErrConflict, "instance %q is running: restoring stops it, use --force", name)
+	act := actRestore
+	if req.Stateful {
+		act = actStatefulRestore
+	}
+	if _, err := d.checkNow(name, act, req.Force); err != nil {
+		return nil, err
 	}
 	return d.ops.Start(d.ctx, "Restoring snapshot", snapshotResources(name, snap), func(ctx context.Context, op *operations.Operation) error {
-		return d.withInstance(ctx, name, api.StatusStopping, func() error {
-			return d.restoreLocked(ctx, op, name, snap, req)
-		})
+		inst, release, err := d.lock(ctx, name, act, req.Force)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return d.restoreLocked(ctx, op, inst, snap, req)
 	}), nil
 }
 
-func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, name, snap string, req api.SnapshotRestorePost) error {
+func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, inst *instance, snap string, req api.SnapshotRestorePost) error {
+	name := inst.name
 	if _, err := d.getSnapshotRecord(name, snap); err != nil {
 		return err
 	}
-	wasRunning := d.liveOf(name) != nil
+	wasRunning := inst.live() != nil
 	if wasRunning {
-		if !req.Force {
-			return errorf(ErrConflict, "instance %q is running: restoring stops it, use --force", name)
-		}
 		op.SetMetadata(map[string]any{api.MetaStage: "stop"})
-		if err := d.stopLocked(ctx, name, true, 0); err != nil {
+		if err := d.stopLocked(ctx, inst, true, 0); err != nil {
 			return err
 		}
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "disk"})
-	if err := d.rollbackDisk(ctx, name, snap); err != nil {
+	if err := d.rollbackDisk(ctx, inst, snap); err != nil {
 		return err
 	}
 	switch {
 	case req.Stateful:
 		op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 		t0 := time.Now()
-		if err := d.runLocked(ctx, name, false, d.restoreLaunch(ctx, name, snap)); err != nil {
+		if err := d.runLocked(ctx, inst, false, d.restoreLaunch(ctx, name, snap)); err != nil {
 			return err
 		}
 		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)), "io": d.cfg.SnapshotIO})
 	case wasRunning:
 		op.SetMetadata(map[string]any{api.MetaStage: "start"})
-		return d.startLocked(ctx, name)
+		return d.startLocked(ctx, inst)
 	}
 	return nil
 }
 
 // rollbackDisk replaces the container's volume by a writable clone of the
-// snapshot. The snapshot itself is untouched, so a failure here can be
-// retried.
-func (d *Daemon) rollbackDisk(ctx context.Context, name, snap string) error {
-	vol := containerVolume(name)
+// snapshot. The record says so (RollingBack) from before the old volume
+// goes until the new one is in place: a daemon that dies in between finds
+// it at its next start and does it again (reconcile). The snapshot itself
+// is untouched, so a failure here can be retried.
+func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) error {
+	mark := func(s string) error {
+		return d.save(inst, func(_ *state.Tx, rec *state.Instance) error {
+			rec.RollingBack = s
+			return nil
+		})
+	}
+	if err := mark(snap); err != nil {
+		return err
+	}
+	vol := containerVolume(inst.name)
 	if err := d.storage.DeleteVolume(ctx, vol); err != nil {
 		return fmt.Errorf("remove the current disk: %w", err)
 	}
-	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(name, snap), false); err != nil {
+	d.crashAt(faultRollbackDeleted)
+	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(inst.name, snap), false); err != nil {
 		return fmt.Errorf("restore the disk from snapshot %q (retry the restore): %w", snap, err)
 	}
-	return nil
+	return mark("")
 }
 
 // restoreLaunch returns the launch step of a stateful restore: runc

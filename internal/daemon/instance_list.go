@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"maps"
+
+	"github.com/vesselhost/vessel/internal/api"
+)
+
+// render turns an instance into what the API shows.
+func (d *Daemon) render(inst *instance) api.Instance {
+	rec := inst.record()
+	status, run := inst.status()
+	out := api.Instance{
+		Name:       rec.Name,
+		Status:     status,
+		Image:      rec.Image,
+		Created:    rec.Created,
+		LastStart:  rec.LastStart,
+		Config:     maps.Clone(rec.Config),
+		OS:         api.OS(rec.OS),
+		Location:   d.cfg.Name,
+		StopSignal: rec.StopSignal,
+	}
+	if out.Config == nil {
+		out.Config = map[string]string{}
+	}
+	if rec.Address.IsValid() {
+		out.IPv4 = rec.Address.String()
+	}
+	if run != nil {
+		out.PID = run.proc.InitPid
+	}
+	if e := rec.LastExit; e != nil {
+		out.LastExit = &api.InstanceExit{Status: e.Status, Signal: e.Signal, Time: e.Time}
+	}
+	return out
+}
+
+// ListInstances returns every instance. It reads only the registry (the
+// records and live handles held in memory), so it stays fast whatever the
+// containers do and never waits for an action.
+func (d *Daemon) ListInstances(ctx context.Context) ([]api.Instance, error) {
+	insts := d.insts.list()
+	out := make([]api.Instance, 0, len(insts))
+	for _, inst := range insts {
+		out = append(out, d.render(inst))
+	}
+	return out, nil
+}
+
+// GetInstance returns one instance with its live usage.
+func (d *Daemon) GetInstance(ctx context.Context, name string) (api.Instance, error) {
+	inst, err := d.instance(name)
+	if err != nil {
+		return api.Instance{}, err
+	}
+	out := d.render(inst)
+	if out.PID != 0 {
+		if cg, err := d.instanceCgroup(name); err == nil {
+			if st, err := cg.Stats(); err == nil {
+				out.State = instanceState(cg.Path(), st)
+			}
+		}
+	}
+	return out, nil
+}

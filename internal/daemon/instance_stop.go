@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/state"
+)
+
+// killGrace bounds the wait for a killed container's init to be reaped.
+const killGrace = 20 * time.Second
+
+// ChangeState validates a start/stop/restart request and runs it as an
+// operation.
+func (d *Daemon) ChangeState(ctx context.Context, name string, req api.InstanceStatePut) (*operations.Operation, error) {
+	if _, err := d.instance(name); err != nil {
+		return nil, err
+	}
+	if req.Timeout < 0 {
+		return nil, errorf(ErrInvalid, "negative timeout")
+	}
+	timeout := d.cfg.StopTimeout
+	if req.Timeout > 0 {
+		timeout = time.Duration(req.Timeout) * time.Second
+	}
+	var act action
+	var work func(ctx context.Context, inst *instance) error
+	switch req.Action {
+	case api.ActionStart:
+		act, work = actStart, d.startLocked
+	case api.ActionStop:
+		act = actStop
+		work = func(ctx context.Context, inst *instance) error { return d.stopLocked(ctx, inst, req.Force, timeout) }
+	case api.ActionRestart:
+		act = actRestart
+		work = func(ctx context.Context, inst *instance) error {
+			if err := d.stopLocked(ctx, inst, req.Force, timeout); err != nil {
+				return err
+			}
+			return d.startLocked(ctx, inst)
+		}
+	default:
+		return nil, errorf(ErrInvalid, "unknown action %q (want start, stop or restart)", req.Action)
+	}
+	if _, err := d.checkNow(name, act, false); err != nil {
+		return nil, err
+	}
+	desc := map[string]string{api.ActionStart: "Starting instance", api.ActionStop: "Stopping instance", api.ActionRestart: "Restarting instance"}[req.Action]
+	return d.ops.Start(d.ctx, desc, instanceResources(name), func(ctx context.Context, _ *operations.Operation) error {
+		inst, release, err := d.lock(ctx, name, act, false)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return work(ctx, inst)
+	}), nil
+}
+
+// stopLocked stops a running instance and releases what it held; the
+// caller holds its lock. A graceful stop sends the image's shutdown signal
+// to init and kills the container if it has not exited after timeout.
+func (d *Daemon) stopLocked(ctx context.Context, inst *instance, force bool, timeout time.Duration) error {
+	name := inst.name
+	run := inst.live()
+	if run == nil {
+		return errorf(ErrConflict, "instance %q is not running", name)
+	}
+	if !force {
+		sig := stopSignal(inst.record().StopSignal)
+		if err := d.rt.Signal(ctx, name, sig); err != nil {
+			d.log.Warn("stop signal failed, killing", "name", name, "err", err)
+		} else {
+			select {
+			case <-run.exited:
+			case <-time.After(timeout):
+				d.log.Info("graceful stop timed out, killing", "name", name, "timeout", timeout)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	if err := d.killAndWait(ctx, inst, run); err != nil {
+		return err
+	}
+	return d.cleanupStopped(context.WithoutCancel(ctx), inst, run, false)
+}
+
+// killAndWait kills an instance's processes and waits for init's exit.
+func (d *Daemon) killAndWait(ctx context.Context, inst *instance, run *running) error {
+	select {
+	case <-run.exited:
+		return nil
+	default:
+	}
+	if err := d.rt.Kill(ctx, inst.name); err != nil {
+		return fmt.Errorf("kill %s: %w", inst.name, err)
+	}
+	select {
+	case <-run.exited:
+		return nil
+	case <-time.After(killGrace):
+		return fmt.Errorf("instance %q did not exit after SIGKILL", inst.name)
+	}
+}
+
+// cleanupStopped releases what a run held once init has exited (the
+// runtime's state, the netns and veth, the cgroup) and commits the
+// stopped state with the exit. keepRunning leaves the state running (a
+// restart follows at once). run may be nil (nothing was watched).
+func (d *Daemon) cleanupStopped(ctx context.Context, inst *instance, run *running, keepRunning bool) error {
+	name := inst.name
+	var errs []error
+	if err := d.rt.Delete(ctx, name); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.net.Detach(ctx, name); err != nil {
+		errs = append(errs, err)
+	}
+	if cg, err := d.instanceCgroup(name); err == nil {
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	inst.clearLive(run)
+	next := state.StateStopped
+	if keepRunning {
+		next = state.StateRunning
+	}
+	err := d.setState(inst, next, func(_ *state.Tx, rec *state.Instance) error {
+		if run != nil {
+			rec.LastExit = &state.Exit{Status: run.exit.Status, Signal: run.exit.Signal, Time: run.exit.Time}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// onExit handles an exit nobody asked for (crash, poweroff or reboot from
+// inside). Exits caused by an action (stop, a move's commit) are cleaned
+// up by that action, which forgets the run first; then this does nothing.
+func (d *Daemon) onExit(inst *instance, run *running) {
+	release, err := d.lockInstance(d.ctx, inst, "")
+	if err != nil {
+		return // shutting down (the next start reconciles) or deleted
+	}
+	defer release()
+	if inst.live() != run {
+		return
+	}
+	d.bg.Add(1)
+	defer d.bg.Done()
+	name := inst.name
+	d.log.Info("container exited", "name", name, "status", run.exit.Status, "signal", run.exit.Signal)
+	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+	defer cancel()
+	if err := d.cleanupStopped(ctx, inst, run, false); err != nil {
+		d.log.Error("cleanup after exit", "name", name, "err", err)
+	}
+	// In a child pid namespace, reboot(2) ends init with SIGHUP (restart) and
+	// SIGINT (power off / halt). A reboot from inside restarts the container.
+	if run.exit.Signal == "SIGHUP" {
+		d.log.Info("container rebooted itself, starting it again", "name", name)
+		if err := d.startLocked(ctx, inst); err != nil {
+			d.log.Error("restart after reboot", "name", name, "err", err)
+		}
+	}
+}
+
+// stopSignal parses a signal name such as "SIGUSR2" or "SIGRTMIN+3";
+// unknown names fall back to SIGTERM.
+func stopSignal(name string) syscall.Signal {
+	if name == "" {
+		return unix.SIGTERM
+	}
+	if s := unix.SignalNum(name); s != 0 {
+		return s
+	}
+	var n int
+	if _, err := fmt.Sscanf(name, "SIGRTMIN+%d", &n); err == nil {
+		return syscall.Signal(34 + n) // glibc's SIGRTMIN is 34 on Linux
+	}
+	return unix.SIGTERM
+}

@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
+)
+
+// Reconcile: at start the daemon compares each instance's record with what
+// the runtime runs and what the storage pool holds, and settles the
+// difference, so that a daemon killed at any point of any action leaves
+// nothing half done:
+//
+//   - a record still "creating": the create was interrupted; everything it
+//     made goes, the record last (the client's operation failed);
+//   - a record "rolling back" to a snapshot: the disk is replaced again;
+//   - processes the runtime runs (or has paused): adopted, whatever the
+//     record says (a daemon that died between launching them and
+//     committing the start left "stopped"), with the limits written again;
+//     a container left frozen is thawed unless a migration journal says
+//     the move that froze it must settle first (recoverMigrations);
+//   - no processes: whatever a run held (runtime state, netns, cgroup) is
+//     released and the record says stopped; one that said running keeps
+//     the exit the shim recorded.
+//
+// Migrations in flight are settled afterwards from their journals
+// (migrate_settle.go).
+func (d *Daemon) reconcile(ctx context.Context) {
+	journals, err := d.state.ListMigrations()
+	if err != nil {
+		d.log.Error("read migration journals", "err", err)
+	}
+	for _, inst := range d.insts.list() {
+		j, migrating := journals[inst.name]
+		release, err := d.lockInstance(ctx, inst, "")
+		if err != nil {
+			continue
+		}
+		d.reconcileInstance(ctx, inst, migrating && j.Role == state.MigrationSource)
+		if !migrating {
+			d.dropTransfers(ctx, inst.name)
+		}
+		release()
+	}
+}
+
+// reconcileInstance settles one instance (see reconcile); frozenByMove
+// says a migration journal has it as its source.
+func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenByMove bool) {
+	name := inst.name
+	rec := inst.record()
+	if rec.State == state.StateCreating {
+		d.undoCreate(ctx, inst)
+		return
+	}
+	if rec.RollingBack != "" {
+		if err := d.rollbackDisk(ctx, inst, rec.RollingBack); err != nil {
+			d.log.Error("finish a snapshot restore interrupted by a daemon restart", "name", name, "snapshot", rec.RollingBack, "err", err)
+		} else {
+			d.log.Warn("finished a snapshot restore interrupted by a daemon restart", "name", name, "snapshot", rec.RollingBack)
+		}
+	}
+	if !d.storage.VolumeExists(containerVolume(name)) {
+		d.log.Error("the instance's volume is missing from the storage pool", "name", name)
+	}
+	status, pid, err := d.rt.State(ctx, name)
+	if err == nil && (status == runtime.StatusRunning || status == runtime.StatusPaused) {
+		d.adopt(ctx, inst, pid, status == runtime.StatusPaused && !frozenByMove)
+		return
+	}
+	if status == runtime.StatusUnknown && !rec.Running() {
+		// Stopped, and the runtime knows nothing of it: only a start
+		// interrupted before its launch leaves something (the netns).
+		d.undo("detach network", name, d.net.Detach(ctx, name))
+		return
+	}
+	// Gone while we were away: read the exit the shim recorded, and
+	// release what the run held.
+	var run *running
+	if rec.Running() {
+		run = &running{exited: make(chan struct{})}
+		if ch, werr := d.rt.Watch(name); werr == nil {
+			select {
+			case run.exit = <-ch:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		close(run.exited)
+		d.log.Info("container stopped while the daemon was down", "name", name)
+	}
+	if err := d.cleanupStopped(ctx, inst, run, false); err != nil {
+		d.log.Warn("cleanup of a stopped container", "name", name, "err", err)
+	}
+}
+
+// adopt watches processes a previous daemon started. A record that says
+// stopped is from a daemon that died between launching them and
+// committing the start: it says running now.
+func (d *Daemon) adopt(ctx context.Context, inst *instance, pid int, thaw bool) {
+	name := inst.name
+	if _, err := d.track(inst, runtime.Process{InitPid: pid}); err != nil {
+		d.log.Error("watch a running container", "name", name, "err", err)
+		return
+	}
+	if thaw {
+		// Frozen by a snapshot whose daemon died in the frozen window.
+		d.thawLeftover(name)
+	}
+	if rec := inst.record(); !rec.Running() {
+		d.log.Warn("adopting a container whose start was interrupted by a daemon restart", "name", name)
+		if err := d.setState(inst, state.StateRunning, func(_ *state.Tx, r *state.Instance) error {
+			r.LastStart = time.Now().UTC()
+			return nil
+		}); err != nil {
+			d.log.Error("record the adopted container as running", "name", name, "err", err)
+		}
+	}
+	d.log.Info("reattached running container", "name", name, "pid", pid)
+	// Limits are in the kernel already; writing them again repairs an
+	// update a crashed daemon left half done, and ends a start's boost.
+	if err := d.applyLimits(ctx, name, inst.record().Config, 0); err != nil {
+		d.log.Warn("re-apply limits", "name", name, "err", err)
+	}
+}
+
+// undoCreate removes what an interrupted create made, then the record.
+func (d *Daemon) undoCreate(ctx context.Context, inst *instance) {
+	name := inst.name
+	d.log.Warn("undoing a create interrupted by a daemon restart", "name", name)
+	d.undo("delete runtime state", name, d.rt.Delete(ctx, name))
+	d.undo("detach network", name, d.net.Detach(ctx, name))
+	d.destroyCgroup(name)
+	if err := d.removeInstanceFiles(ctx, name); err != nil {
+		d.log.Error("remove the files of an interrupted create; the record stays", "name", name, "err", err)
+		return
+	}
+	d.undo("forget", name, d.forget(inst))
+}
+
+// removeInstanceFiles deletes an instance's volume, bundle, logs and CRIU
+// work files.
+func (d *Daemon) removeInstanceFiles(ctx context.Context, name string) error {
+	if err := d.storage.DeleteVolume(ctx, containerVolume(name)); err != nil {
+		return err
+	}
+	for _, p := range []string{d.cfg.bundleDir(name), filepath.Dir(d.cfg.logPath(name)), filepath.Dir(d.cfg.restoreWorkDir(name))} {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// thawLeftover thaws a running container found frozen at daemon start.
+func (d *Daemon) thawLeftover(name string) {
+	cg, err := d.instanceCgroup(name)
+	if err == nil {
+		err = cg.Thaw()
+	}
+	if err != nil {
+		d.log.Warn("thaw at reattach", "name", name, "err", err)
+	}
+}

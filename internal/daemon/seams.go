@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/cgroups"
+	"github.com/vesselhost/vessel/internal/network"
+	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
+)
+
+// The daemon's seams: what it needs of each component, declared here where
+// it is used. New wires the real implementations (runtime.Runtime,
+// network.Manager, cgroups.New, client.Client); the unit tests wire fakes,
+// so the decision logic (reconcile, settle, transitions) runs without root.
+// The state store and the storage pool are used as they are: the real
+// bbolt store and dir driver need no root, so the tests use them too.
+
+// instanceRuntime runs an instance's processes: runc under shims today
+// (runtime.Runtime). Nothing above it assumes runc.
+type instanceRuntime interface {
+	Start(ctx context.Context, id, bundle string, o runtime.StartOptions) (runtime.Process, error)
+	Restore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Process, error)
+	// State reports the processes' status and init pid; StatusUnknown
+	// (and no error) when the runtime does not know the instance.
+	State(ctx context.Context, id string) (runtime.Status, int, error)
+	// Watch delivers the exit of the instance's processes, also of ones a
+	// previous daemon started.
+	Watch(id string) (<-chan runtime.Exit, error)
+	Signal(ctx context.Context, id string, sig syscall.Signal) error
+	Kill(ctx context.Context, id string) error
+	// Delete removes the runtime's state of the instance, whatever it is.
+	Delete(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error)
+	PrepareCheckpoint(id string, o runtime.CheckpointOptions) (*runtime.PreparedCheckpoint, error)
+	Checkpoint(ctx context.Context, id string, o runtime.CheckpointOptions) error
+	StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error)
+}
+
+// instanceNetwork gives instances their addresses and links
+// (network.Manager).
+type instanceNetwork interface {
+	Setup(ctx context.Context) error
+	Teardown(ctx context.Context) error
+	Allocate(used []netip.Addr) (netip.Addr, error)
+	CheckAddress(addr netip.Addr, used []netip.Addr) error
+	// Attach makes the instance's network namespace and link; Detach
+	// removes them (nothing there is not an error).
+	Attach(ctx context.Context, name string, addr netip.Addr) (network.Endpoint, error)
+	Detach(ctx context.Context, name string) error
+	// SetHostLink takes the host side of the link down (the migration's
+	// network lock) or up.
+	SetHostLink(name string, up bool) error
+}
+
+// cgroupsFunc opens the cgroup at a path (cgroups.New).
+type cgroupsFunc func(path string, opts ...cgroups.Option) (cgroups.Manager, error)
+
+// peerAPI is what the daemon asks of a peer host (client.Client).
+type peerAPI interface {
+	// Instance asks whether (and how) an instance is there.
+	Instance(ctx context.Context, name string) (api.Instance, error)
+	// Upgrade opens a migration session.
+	Upgrade(ctx context.Context, path, protocol string) (net.Conn, error)
+}
+
+// peerFunc connects to a peer host with this host's identity.
+type peerFunc func(p state.Peer) peerAPI
