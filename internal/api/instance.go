@@ -28,6 +28,22 @@ type Instance struct {
 	LastExit   *InstanceExit     `json:"last_exit,omitempty"`
 	// State is live usage; filled for single-instance GETs.
 	State *InstanceState `json:"state,omitempty"`
+	// Migration is a migration of the instance in flight on this host (or
+	// one a crash or a lost connection left to settle); filled for
+	// single-instance GETs.
+	Migration *InstanceMigration `json:"migration,omitempty"`
+}
+
+// InstanceMigration describes a migration in flight, from its journal.
+type InstanceMigration struct {
+	// Role is "source" or "target".
+	Role string `json:"role"`
+	// Phase is "transfer" (the target has not been told to start the
+	// container) or "restoring" (it has).
+	Phase string `json:"phase"`
+	// Peer names the other host (its fingerprint on the source).
+	Peer    string    `json:"peer"`
+	Started time.Time `json:"started"`
 }
 
 // InstanceExit says how the container's init last ended.

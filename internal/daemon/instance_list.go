@@ -56,6 +56,9 @@ func (d *Daemon) GetInstance(ctx context.Context, name string) (api.Instance, er
 		return api.Instance{}, err
 	}
 	out := d.render(inst)
+	if j, ok, err := d.state.GetMigration(name); err == nil && ok {
+		out.Migration = &api.InstanceMigration{Role: j.Role, Phase: j.Phase, Peer: j.Peer, Started: j.Started}
+	}
 	if out.PID != 0 {
 		if cg, err := d.instanceCgroup(name); err == nil {
 			if st, err := cg.Stats(); err == nil {

@@ -91,6 +91,11 @@ func settled(t *testing.T, c *testhost.Cluster, ref, want string) {
 func noLeftovers(t *testing.T, c *testhost.Cluster, name string) {
 	t.Helper()
 	for _, h := range c.Hosts {
+		if inst, ok := listOn(t, c, h.Name())[name]; ok {
+			if got := instanceOn(t, c, h.Name()+":"+inst.Name); got.Migration != nil {
+				t.Fatalf("%s keeps the journal of a migration of %s: %+v", h.Name(), name, *got.Migration)
+			}
+		}
 		for _, pattern := range []string{
 			filepath.Join(h.Root(), "migrations", name+".json*"),
 			filepath.Join(h.Root(), "storage-pools/default/snapshots", name, ".migrate-*"),
