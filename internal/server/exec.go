@@ -33,7 +33,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if inst.Status != api.StatusRunning {
-		return conflictError{fmt.Sprintf("instance %q is not running (%s)", name, strings.ToLower(inst.Status))}
+		return api.Errorf(api.ErrConflict, "instance %q is not running (%s)", name, strings.ToLower(inst.Status))
 	}
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -136,9 +136,3 @@ func (w *wsWriter) close() error {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// conflictError is a 409 raised by the API layer itself.
-type conflictError struct{ msg string }
-
-func (e conflictError) Error() string        { return e.msg }
-func (e conflictError) Is(target error) bool { return target == daemon.ErrConflict }

@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -87,7 +86,7 @@ func New(core Core, log *slog.Logger) *Server {
 	return s
 }
 
-var errNotFoundRoute = errors.New("not found: no such API endpoint")
+var errNotFoundRoute = api.Errorf(api.ErrNotFound, "not found: no such API endpoint")
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -140,39 +139,40 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, api.Response{Type: api.ResponseError, Error: err.Error(), ErrorCode: code})
 }
 
-// statusFor maps an error to its HTTP status: the one place that does.
+// statusFor maps an error to its HTTP status: the one place that does. The
+// API's error kinds come first, so that an error of a kind which also wraps
+// a context error (a conflict found while waiting) keeps its kind's status.
 func statusFor(err error) int {
 	switch {
-	case errors.Is(err, errNotFoundRoute),
-		errors.Is(err, daemon.ErrNotFound),
+	case errors.Is(err, api.ErrNotFound),
 		errors.Is(err, state.ErrNotFound),
 		errors.Is(err, operations.ErrNotFound),
 		errors.Is(err, storage.ErrVolumeNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, daemon.ErrInvalid), errors.Is(err, errBadRequest):
+	case errors.Is(err, api.ErrInvalid):
 		return http.StatusBadRequest
-	case errors.Is(err, daemon.ErrForbidden), errors.Is(err, errForbidden):
+	case errors.Is(err, api.ErrForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, daemon.ErrConflict),
+	case errors.Is(err, api.ErrConflict),
 		errors.Is(err, state.ErrExists),
 		errors.Is(err, storage.ErrVolumeExists),
 		errors.Is(err, network.ErrAddressInUse):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return api.StatusCanceled
 	}
 	return http.StatusInternalServerError
 }
 
 // errBadRequestf is a 400 with a message.
 func errBadRequestf(format string, args ...any) error {
-	return errors.Join(errBadRequest, fmt.Errorf(format, args...))
+	return api.Errorf(api.ErrInvalid, format, args...)
 }
 
-var (
-	errBadRequest = errors.New("bad request")
-	errForbidden  = errors.New("forbidden: this certificate is not trusted here (see 'vessel remote add' and 'vessel trust')")
-)
+// errForbidden refuses a caller the route is not for.
+var errForbidden = api.Errorf(api.ErrForbidden, "forbidden: this certificate is not trusted here (see 'vessel remote add' and 'vessel trust')")
 
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -208,7 +208,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errors.Join(errBadRequest, err)
+		return api.Errorf(api.ErrInvalid, "bad request: %w", err)
 	}
 	return nil
 }
