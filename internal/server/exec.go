@@ -12,8 +12,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
-	"github.com/vesselhost/vessel/internal/runtime"
 )
 
 var upgrader = websocket.Upgrader{
@@ -50,7 +48,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 
 	ws := &wsWriter{conn: conn}
 	stdinR, stdinW := io.Pipe()
-	resize := make(chan runtime.WinSize, 4)
+	resize := make(chan api.WindowSize, 4)
 	go func() {
 		// Reader: stdin frames and control messages. A broken connection
 		// ends the command.
@@ -77,7 +75,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 				var c api.ExecControl
 				if json.Unmarshal(data, &c) == nil && c.Type == api.ExecResize {
 					select {
-					case resize <- runtime.WinSize{Width: c.Width, Height: c.Height}:
+					case resize <- api.WindowSize{Width: c.Width, Height: c.Height}:
 					default:
 					}
 				}
@@ -85,7 +83,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		}
 	}()
 
-	code, err := s.core.Exec(ctx, name, req, daemon.ExecIO{
+	code, err := s.core.Exec(ctx, name, req, api.ExecIO{
 		Stdin:  stdinR,
 		Stdout: ws.stream(api.StreamStdout),
 		Stderr: ws.stream(api.StreamStderr),

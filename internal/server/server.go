@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // Core is what the API needs from the daemon.
@@ -34,7 +34,7 @@ type Core interface {
 	ChangeState(ctx context.Context, name string, req api.InstanceStatePut) (*operations.Operation, error)
 	DeleteInstance(ctx context.Context, name string, force bool) (*operations.Operation, error)
 	UpdateInstance(ctx context.Context, name string, req api.InstancePatch) (*operations.Operation, error)
-	Exec(ctx context.Context, name string, req api.ExecPost, stdio daemon.ExecIO) (int, error)
+	Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error)
 	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
 	ListImages(ctx context.Context) ([]api.Image, error)
 	GetImage(ctx context.Context, ref string) (api.Image, error)
@@ -49,7 +49,7 @@ type Core interface {
 	RestoreSnapshot(ctx context.Context, name, snap string, req api.SnapshotRestorePost) (*operations.Operation, error)
 	Operations() *operations.Registry
 
-	Authenticate(cert *x509.Certificate) (daemon.Auth, string)
+	Authenticate(cert *x509.Certificate) (trust.Auth, string)
 	Fingerprint() string
 	IssueToken(ctx context.Context, req api.TokenPost) (api.TokenResponse, error)
 	Join(ctx context.Context, cert *x509.Certificate, secret string) error
@@ -72,11 +72,14 @@ type Server struct {
 	mux  *http.ServeMux
 	// metricsHandler serves GET /1.0/metrics (metrics.go).
 	metricsHandler http.Handler
+	// authFor decides what a request may do (auth.go).
+	authFor func(r *http.Request) trust.Auth
 }
 
 // New returns the API handler for core.
 func New(core Core, log *slog.Logger) *Server {
 	s := &Server{core: core, log: log, mux: http.NewServeMux(), metricsHandler: newMetricsHandler(core, log)}
+	s.authFor = s.authByConnection
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
