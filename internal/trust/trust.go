@@ -60,10 +60,10 @@ const (
 	AuthNone Auth = api.AuthUntrusted
 )
 
-// Kinds of trusted certificates.
+// Kinds of trusted certificates: the API's.
 const (
-	KindClient = "client"
-	KindPeer   = "peer"
+	KindClient = api.TrustKindClient
+	KindPeer   = api.TrustKindPeer
 )
 
 // Errors.
