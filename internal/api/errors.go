@@ -43,7 +43,9 @@ func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // Errorf formats an error of the given kind: its message is only the
 // formatted text, and errors.Is finds both kind and whatever %w wraps (%w
-// works as in fmt.Errorf).
+// works as in fmt.Errorf). kind is one of the kinds above, or another
+// sentinel a caller tests for (the client marks a cancelled operation's
+// error with context.Canceled).
 func Errorf(kind error, format string, args ...any) error {
 	return &kindError{kind: kind, err: fmt.Errorf(format, args...)}
 }
