@@ -11,7 +11,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/client"
 )
 
 func newExecCmd(g *globals) *cobra.Command {
@@ -47,7 +46,7 @@ func newExecCmd(g *globals) *cobra.Command {
 				interactive = false
 			}
 			req := api.ExecPost{Command: command, Env: envMap, Cwd: cwd, Interactive: interactive}
-			stdio := client.ExecIO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+			stdio := api.ExecIO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 			if interactive && term.IsTerminal(stdinFd) {
 				w, h, err := term.GetSize(stdinFd)
 				if err == nil {
@@ -87,15 +86,15 @@ type eofReader struct{}
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
 // watchResize forwards terminal size changes (SIGWINCH).
-func watchResize(fd int) <-chan api.ExecControl {
-	out := make(chan api.ExecControl, 1)
+func watchResize(fd int) <-chan api.WindowSize {
+	out := make(chan api.WindowSize, 1)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGWINCH)
 	go func() {
 		for range sig {
 			if w, h, err := term.GetSize(fd); err == nil {
 				select {
-				case out <- api.ExecControl{Width: uint16(w), Height: uint16(h)}:
+				case out <- api.WindowSize{Width: uint16(w), Height: uint16(h)}:
 				default:
 				}
 			}

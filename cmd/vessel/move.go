@@ -10,7 +10,6 @@ import (
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
-	"github.com/vesselhost/vessel/internal/migration"
 )
 
 func newMoveCmd(g *globals) *cobra.Command {
@@ -45,7 +44,7 @@ The source host must have the target as a peer ('vessel peer add').`,
 		},
 	}
 	cmd.Flags().BoolVar(&live, "live", false, "keep the container running through the move")
-	cmd.Flags().StringVar(&memory, "memory", migration.MemoryAuto, "live memory transfer: lazy (post-copy), copy (all while frozen) or auto (copy below 6 MiB of memory, else lazy)")
+	cmd.Flags().StringVar(&memory, "memory", api.MemoryAuto, "live memory transfer: lazy (post-copy), copy (all while frozen) or auto (copy below 6 MiB of memory, else lazy)")
 	cmd.Flags().BoolVar(&instanceOnly, "instance-only", false, "leave the snapshots behind (they are deleted with the source)")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print the per-phase timing table (like vzmigrate -t)")
 	cmd.Flags().StringVarP(&format, "format", "f", formatTable, "timing output: table or json")
@@ -86,8 +85,8 @@ func printTiming(cmd *cobra.Command, op *client.Operation, timing bool, format s
 	if !timing && format != formatJSON {
 		return nil
 	}
-	var t migration.Timing
-	b, _ := json.Marshal(op.Metadata["timing"])
+	var t api.MigrationTiming
+	b, _ := json.Marshal(op.Metadata[api.MetaTiming])
 	if err := json.Unmarshal(b, &t); err != nil {
 		return fmt.Errorf("no timing report: %w", err)
 	}
@@ -100,7 +99,7 @@ func printTiming(cmd *cobra.Command, op *client.Operation, timing bool, format s
 
 // timingTable renders a migration's report the way `vzmigrate -t` printed
 // it: the phases the container was frozen for, and their total.
-func timingTable(t migration.Timing) string {
+func timingTable(t api.MigrationTiming) string {
 	var b strings.Builder
 	row := func(name string, secs float64, bytes int64) {
 		if bytes > 0 {

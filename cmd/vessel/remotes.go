@@ -15,7 +15,6 @@ import (
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
-	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // remoteConfig is the CLI's list of hosts (~/.config/vessel/config.yml, or
@@ -146,9 +145,7 @@ func (c *remoteConfig) save() error {
 // clientIdentity is this user's client certificate, created on first use
 // next to the configuration file.
 func clientIdentity() (tls.Certificate, error) {
-	dir := filepath.Dir(configPath())
-	host, _ := os.Hostname()
-	return trust.LoadOrCreate(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"), "vessel-client@"+host)
+	return client.LoadIdentity(filepath.Dir(configPath()))
 }
 
 // connect parses a [REMOTE:]NAME argument and returns its client.
@@ -254,7 +251,7 @@ certificate (see 'vessel trust add-cert' there).`,
 			}
 			switch {
 			case token != "":
-				tok, err := trust.DecodeToken(token)
+				tok, err := client.DecodeToken(token)
 				if err != nil {
 					return err
 				}
@@ -280,9 +277,9 @@ certificate (see 'vessel trust add-cert' there).`,
 			if err := cfg.save(); err != nil {
 				return err
 			}
-			if srv.Auth == "untrusted" {
+			if srv.Auth == api.AuthUntrusted {
 				fmt.Fprintf(cmd.ErrOrStderr(), "Added %s, but it does not trust this client yet; on that host run:\n  vessel trust add-cert CERT --name NAME\nwith this client's certificate %s\n",
-					name, filepath.Join(filepath.Dir(configPath()), "client.crt"))
+					name, filepath.Join(filepath.Dir(configPath()), client.IdentityCertFile))
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Added remote %s (%s)\n", name, addr)

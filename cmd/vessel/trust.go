@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/trust"
 )
 
 func newTrustCmd(g *globals) *cobra.Command {
@@ -24,9 +23,9 @@ func newTrustCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			kind := trust.KindClient
+			kind := api.TrustKindClient
 			if peer {
-				kind = trust.KindPeer
+				kind = api.TrustKindPeer
 			}
 			tok, err := c.IssueToken(cmd.Context(), api.TokenPost{Name: args[0], Kind: kind, TTLSeconds: int(ttl.Seconds())})
 			if err != nil {
@@ -54,9 +53,9 @@ func newTrustCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			kind := trust.KindClient
+			kind := api.TrustKindClient
 			if certPeer {
-				kind = trust.KindPeer
+				kind = api.TrustKindPeer
 			}
 			return c.TrustCertificate(cmd.Context(), api.CertificatePost{Certificate: string(pem), Name: certName, Kind: kind})
 		},

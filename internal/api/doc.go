@@ -9,7 +9,9 @@
 //   - Long work replies 202 {"type":"async","operation":"/1.0/operations/ID",
 //     "metadata":Operation}; the operation can be polled, waited on
 //     (GET .../wait?timeout=SECONDS) and cancelled (DELETE).
-//   - Errors are {"type":"error","error":"message","error_code":HTTP status}.
+//   - Errors are {"type":"error","error":"message","error_code":HTTP status};
+//     an error of one of the kinds in errors.go (ErrInvalid, ErrNotFound,
+//     ErrConflict, ErrForbidden) has that kind's status.
 //   - Interactive streams (exec) run over a websocket; see ExecPost.
 package api
 

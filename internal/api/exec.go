@@ -1,5 +1,7 @@
 package api
 
+import "io"
+
 // ExecPost is the first (text) message a client sends on the exec websocket
 // (GET /1.0/instances/NAME/exec). After it, frames are:
 //
@@ -39,4 +41,23 @@ type ExecControl struct {
 	Height   uint16 `json:"height,omitempty"`
 	ExitCode int    `json:"exit_code"`
 	Error    string `json:"error,omitempty"`
+}
+
+// WindowSize is a terminal size in character cells.
+type WindowSize struct {
+	Width, Height uint16
+}
+
+// ExecIO is the local plumbing of one exec, not a wire type: the streams
+// of the command and, for a terminal, its size changes. The client fills
+// it from its terminal; the server from the websocket, and hands it to the
+// daemon.
+type ExecIO struct {
+	// Stdin feeds the command; nil means no input.
+	Stdin io.Reader
+	// Stdout and Stderr receive its output (merged into Stdout with a
+	// terminal).
+	Stdout, Stderr io.Writer
+	// Resize carries terminal size changes while the command runs.
+	Resize <-chan WindowSize
 }

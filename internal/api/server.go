@@ -3,14 +3,27 @@ package api
 // Server is GET /1.0: the daemon and its host.
 type Server struct {
 	APIVersion string `json:"api_version"`
-	// Auth is how the server sees the caller: "local", "client", "peer" or
-	// "untrusted" (then Host is empty).
+	// Auth is how the server sees the caller: AuthLocal, AuthClient,
+	// AuthPeer or AuthUntrusted (then Host is empty).
 	Auth string `json:"auth"`
 	// Fingerprint is the server's certificate fingerprint.
 	Fingerprint string `json:"fingerprint"`
 	// Host is the daemon's host name (a remote's identity in a cluster).
 	Host HostInfo `json:"host,omitzero"`
 }
+
+// Values of Server.Auth: how the server sees the caller.
+const (
+	// AuthLocal came over the root-only unix socket: everything.
+	AuthLocal = "local"
+	// AuthClient presented a trusted client certificate: everything.
+	AuthClient = "client"
+	// AuthPeer presented a trusted peer host's certificate: migration.
+	AuthPeer = "peer"
+	// AuthUntrusted presented an unknown certificate or none: the public
+	// endpoints only.
+	AuthUntrusted = "untrusted"
+)
 
 // HostInfo is the host inventory: what runs where (the OpenVZ statistics
 // idea of host and container distributions).

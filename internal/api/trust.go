@@ -2,11 +2,20 @@ package api
 
 import "time"
 
+// Kinds of trusted certificates (TokenPost.Kind, CertificatePost.Kind,
+// Certificate.Kind).
+const (
+	// TrustKindClient is a client: full API access.
+	TrustKindClient = "client"
+	// TrustKindPeer is another vessel host: migration only.
+	TrustKindPeer = "peer"
+)
+
 // TokenPost is POST /1.0/tokens: issue a one-time join token.
 type TokenPost struct {
 	// Name is what the joiner will be trusted as.
 	Name string `json:"name"`
-	// Kind is "client" (default) or "peer" (another host).
+	// Kind is TrustKindClient (default) or TrustKindPeer (another host).
 	Kind string `json:"kind,omitempty"`
 	// TTLSeconds is the token's lifetime (default 24 h).
 	TTLSeconds int `json:"ttl_seconds,omitempty"`

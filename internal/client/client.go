@@ -25,7 +25,10 @@ import (
 	"github.com/vesselhost/vessel/internal/trust"
 )
 
-// Error is an error reply from the daemon.
+// Error is an error reply from the daemon. Its message is the daemon's;
+// errors.Is finds the error kind its code stands for (api.ErrInvalid for
+// 400, api.ErrNotFound for 404, api.ErrConflict for 409, api.ErrForbidden
+// for 403, context.Canceled for api.StatusCanceled).
 type Error struct {
 	// Code is the HTTP status (400 bad input, 404 unknown, 409 conflict...).
 	Code    int
@@ -33,6 +36,26 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the kind of the error's code, or nil.
+func (e *Error) Unwrap() error { return kindOf(e.Code) }
+
+// kindOf is statusFor (package server) read backwards.
+func kindOf(code int) error {
+	switch code {
+	case http.StatusBadRequest:
+		return api.ErrInvalid
+	case http.StatusNotFound:
+		return api.ErrNotFound
+	case http.StatusConflict:
+		return api.ErrConflict
+	case http.StatusForbidden:
+		return api.ErrForbidden
+	case api.StatusCanceled:
+		return context.Canceled
+	}
+	return nil
+}
 
 // StatusCode returns the HTTP status of an API error, or 0.
 func StatusCode(err error) int {

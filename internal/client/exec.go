@@ -13,17 +13,11 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 )
 
-// ExecIO is the local side of an exec: the streams to wire and, for a
-// terminal, the size changes to forward.
-type ExecIO struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	Resize         <-chan api.ExecControl
-}
-
 // Exec runs a command in an instance and returns its exit code. The call
-// returns when the command has exited and its output is written.
-func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio ExecIO) (int, error) {
+// returns when the command has exited and its output is written. stdio's
+// streams are wired to the command's; its Resize changes (a terminal's)
+// are forwarded until it is closed.
+func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error) {
 	url := "ws" + c.base[len("http"):] + "/1.0/instances/" + esc(name) + "/exec"
 	conn, resp, err := c.ws.DialContext(ctx, url, nil)
 	if err != nil {
@@ -73,9 +67,11 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 				select {
 				case <-done:
 					return
-				case ev := <-stdio.Resize:
-					ev.Type = api.ExecResize
-					b, _ := json.Marshal(ev)
+				case ws, ok := <-stdio.Resize:
+					if !ok {
+						return
+					}
+					b, _ := json.Marshal(api.ExecControl{Type: api.ExecResize, Width: ws.Width, Height: ws.Height})
 					if write(websocket.TextMessage, b) != nil {
 						return
 					}

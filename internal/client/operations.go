@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/vesselhost/vessel/internal/api"
 )
@@ -15,7 +14,9 @@ type Operation struct {
 }
 
 // Wait blocks until the operation is done, calling progress (if not nil)
-// whenever its metadata may have changed. It returns the operation's error.
+// whenever its metadata may have changed. It returns the operation's error
+// with the daemon's message; a cancelled operation's error wraps
+// context.Canceled.
 func (o *Operation) Wait(ctx context.Context, progress func(api.Operation)) error {
 	for !o.Done() {
 		timeout := "300"
@@ -36,7 +37,10 @@ func (o *Operation) Wait(ctx context.Context, progress func(api.Operation)) erro
 	case api.OperationSuccess:
 		return nil
 	case api.OperationCancelled:
-		return fmt.Errorf("cancelled: %s", o.Err)
+		if o.Err == "" {
+			return api.Errorf(context.Canceled, "operation cancelled")
+		}
+		return api.Errorf(context.Canceled, "%s", o.Err)
 	}
 	if o.Err == "" {
 		return errors.New("operation failed")

@@ -2,23 +2,14 @@ package daemon
 
 import (
 	"context"
-	"io"
 	"sort"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/runtime"
 )
 
-// ExecIO is the plumbing of one exec: the client's streams and terminal
-// size changes.
-type ExecIO struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	Resize         <-chan runtime.WinSize
-}
-
 // Exec runs a command in a running instance and returns its exit code.
-func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio ExecIO) (int, error) {
+func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error) {
 	inst, err := d.instance(name)
 	if err != nil {
 		return -1, err
@@ -45,6 +36,8 @@ func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 	if cwd == "" {
 		cwd = "/root"
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	return d.rt.Exec(ctx, name, runtime.ExecOptions{
 		Args:   req.Command,
 		Env:    env,
@@ -55,6 +48,34 @@ func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 		Stdin:  stdio.Stdin,
 		Stdout: stdio.Stdout,
 		Stderr: stdio.Stderr,
-		Resize: stdio.Resize,
+		Resize: winSizes(ctx, stdio.Resize),
 	})
+}
+
+// winSizes forwards an exec's terminal size changes as runtime's type
+// until ctx ends or in is closed; then it closes its channel.
+func winSizes(ctx context.Context, in <-chan api.WindowSize) <-chan runtime.WinSize {
+	if in == nil {
+		return nil
+	}
+	out := make(chan runtime.WinSize)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case s, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- runtime.WinSize{Width: s.Width, Height: s.Height}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }

@@ -20,21 +20,6 @@ import (
 // DefaultTokenTTL is how long a join token works.
 const DefaultTokenTTL = 24 * time.Hour
 
-// Auth is what a request is allowed to do, decided by how it arrived.
-type Auth string
-
-// Auth levels.
-const (
-	// AuthLocal came over the root-only unix socket: everything.
-	AuthLocal Auth = "local"
-	// AuthClient presented a trusted client certificate: everything.
-	AuthClient Auth = "client"
-	// AuthPeer presented a trusted peer host's certificate: migration.
-	AuthPeer Auth = "peer"
-	// AuthNone is an unknown or missing certificate: public endpoints only.
-	AuthNone Auth = "untrusted"
-)
-
 func (d *Daemon) loadIdentity() error {
 	id, err := trust.LoadOrCreate(d.cfg.certPath(), d.cfg.keyPath(), d.cfg.Name)
 	if err != nil {
@@ -52,18 +37,18 @@ func (d *Daemon) TLSConfig() *tls.Config { return trust.ServerTLS(d.identity) }
 func (d *Daemon) Fingerprint() string { return d.fingerprint }
 
 // Authenticate classifies a TLS peer certificate (nil: none presented).
-func (d *Daemon) Authenticate(cert *x509.Certificate) (Auth, string) {
+func (d *Daemon) Authenticate(cert *x509.Certificate) (trust.Auth, string) {
 	if cert == nil {
-		return AuthNone, ""
+		return trust.AuthNone, ""
 	}
 	c, err := d.state.GetCertificate(trust.Fingerprint(cert.Raw))
 	if err != nil {
-		return AuthNone, ""
+		return trust.AuthNone, ""
 	}
 	if c.Kind == trust.KindPeer {
-		return AuthPeer, c.Name
+		return trust.AuthPeer, c.Name
 	}
-	return AuthClient, c.Name
+	return trust.AuthClient, c.Name
 }
 
 // IssueToken creates a one-time token that lets a client (or, with kind

@@ -1,6 +1,7 @@
 // Package migration is the wire side of moving a container between hosts:
-// one connection per migration, its control messages, and the per-phase
-// timing report.
+// one connection per migration and its control messages. The per-phase
+// timing report and the memory modes are the API's (api.MigrationTiming,
+// api.MemoryAuto...).
 //
 // Vocabulary:
 //
@@ -27,6 +28,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
 )
 
 // Version is the migration protocol's version. A target refuses a Hello of
@@ -39,14 +42,17 @@ const UpgradeProtocol = "vessel-migration/1"
 // Memory modes of a live migration.
 const (
 	// MemoryLazy moves memory after the target resumed (post-copy).
-	MemoryLazy = "lazy"
-	// MemoryCopy dumps all memory while frozen (for kernels without
-	// userfaultfd, and the in-run baseline).
-	MemoryCopy = "copy"
-	// MemoryAuto (the default) picks copy for a container with little
-	// memory, where copying it costs less frozen time than setting up
-	// post-copy, and lazy otherwise. The source decides before it starts.
-	MemoryAuto = "auto"
+	//
+	// Deprecated: use api.MemoryLazy (the daemon switches soon).
+	MemoryLazy = api.MemoryLazy
+	// MemoryCopy dumps all memory while frozen.
+	//
+	// Deprecated: use api.MemoryCopy (the daemon switches soon).
+	MemoryCopy = api.MemoryCopy
+	// MemoryAuto picks copy or lazy by the container's memory.
+	//
+	// Deprecated: use api.MemoryAuto (the daemon switches soon).
+	MemoryAuto = api.MemoryAuto
 )
 
 // Errors.
@@ -86,7 +92,7 @@ type Hello struct {
 	Instance Instance `json:"instance"`
 	// Live keeps the container running through the move.
 	Live bool `json:"live"`
-	// Memory is MemoryLazy or MemoryCopy (live only).
+	// Memory is api.MemoryLazy or api.MemoryCopy (live only).
 	Memory string `json:"memory,omitempty"`
 	// Start the container on the target after a cold move.
 	Start bool `json:"start"`
@@ -167,24 +173,10 @@ func Expect(m Message, want string) error {
 	return nil
 }
 
-// Timing is the per-phase report of a migration (vzmigrate -t style), in
-// seconds, with the bytes moved in each phase.
-type Timing struct {
-	Mode              string  `json:"mode"`
-	Precopy           float64 `json:"precopy"`
-	SuspendDump       float64 `json:"suspend_dump"`
-	CopyAfterSuspend  float64 `json:"copy_after_suspend"`
-	CopyDump          float64 `json:"copy_dump"`
-	UndumpResume      float64 `json:"undump_resume"`
-	FrozenTotal       float64 `json:"frozen_total"`
-	Postcopy          float64 `json:"postcopy"`
-	Total             float64 `json:"total"`
-	PrecopyIterations int     `json:"precopy_iterations"`
-	PrecopyBytes      int64   `json:"precopy_bytes"`
-	AfterSuspendBytes int64   `json:"copy_after_suspend_bytes"`
-	DumpBytes         int64   `json:"copy_dump_bytes"`
-	PostcopyBytes     int64   `json:"postcopy_bytes"`
-}
+// Timing is the per-phase report of a migration.
+//
+// Deprecated: use api.MigrationTiming (the daemon switches soon).
+type Timing = api.MigrationTiming
 
 // Seconds converts a duration for the report (millisecond precision).
 func Seconds(d time.Duration) float64 {

@@ -5,7 +5,9 @@
 //
 //   - Operation: one piece of long work with an id, a status (Pending,
 //     Running, then Success, Failure or Cancelled), metadata the work updates
-//     as it goes (progress) and, when it fails, an error message.
+//     as it goes (progress) and, when it fails, an error message. It ends
+//     Cancelled when it was cancelled and its error wraps context.Canceled
+//     (the work gave up because of the cancel).
 //   - Registry: the daemon's table of operations. Finished ones are kept for
 //     a while (Retention) so clients that poll late still see the outcome.
 //
@@ -171,7 +173,9 @@ func (r *Registry) Start(parent context.Context, description string, resources m
 			}()
 			err = fn(ctx, op)
 		}()
-		op.finish(err, err != nil && ctx.Err() != nil)
+		// Cancelled is the outcome only when the work was cancelled and its
+		// error says so; an error of its own (a failed cleanup) is a Failure.
+		op.finish(err, ctx.Err() != nil && errors.Is(err, context.Canceled))
 	}()
 	return op
 }

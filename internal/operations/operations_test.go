@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/api"
@@ -67,4 +68,45 @@ func TestPanicBecomesFailure(t *testing.T) {
 		t.Fatal("panic not reported")
 	}
 	r.CancelAll()
+}
+
+// TestCancelOutcome: Cancelled needs both the cancel and an error that
+// says so; anything else is a Failure.
+func TestCancelOutcome(t *testing.T) {
+	errCleanup := errors.New("remove the half-made volume: device busy")
+	cases := []struct {
+		name   string
+		cancel bool
+		err    func(ctx context.Context) error
+		want   string
+	}{
+		{"cancelled, wrapped", true, func(ctx context.Context) error {
+			return fmt.Errorf("snapshot of %q: %w", "c1", ctx.Err())
+		}, api.OperationCancelled},
+		{"cancelled, failed otherwise", true, func(context.Context) error { return errCleanup }, api.OperationFailure},
+		{"not cancelled, someone else's cancel", false, func(context.Context) error {
+			return fmt.Errorf("pull: %w", context.Canceled)
+		}, api.OperationFailure},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRegistry()
+			started := make(chan struct{})
+			op := r.Start(context.Background(), "work", nil, func(ctx context.Context, _ *Operation) error {
+				close(started)
+				if c.cancel {
+					<-ctx.Done()
+				}
+				return c.err(ctx)
+			})
+			<-started
+			if c.cancel {
+				op.Cancel()
+			}
+			_ = op.Wait(context.Background())
+			if got := op.Render(); got.Status != c.want {
+				t.Errorf("status %s, want %s (err %q)", got.Status, c.want, got.Err)
+			}
+		})
+	}
 }

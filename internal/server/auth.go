@@ -5,17 +5,17 @@ import (
 	"crypto/x509"
 	"net/http"
 
-	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 type authKey struct{}
 
 // authOf returns how the request was authenticated (see authenticate).
-func authOf(r *http.Request) daemon.Auth {
-	if a, ok := r.Context().Value(authKey{}).(daemon.Auth); ok {
+func authOf(r *http.Request) trust.Auth {
+	if a, ok := r.Context().Value(authKey{}).(trust.Auth); ok {
 		return a
 	}
-	return daemon.AuthNone
+	return trust.AuthNone
 }
 
 // peerCert returns the certificate the client presented, or nil.
@@ -26,25 +26,31 @@ func peerCert(r *http.Request) *x509.Certificate {
 	return r.TLS.PeerCertificates[0]
 }
 
-// authenticate decides what a request may do: over the root-only unix
-// socket everything; over TLS what its certificate is trusted for.
+// authenticate records in the request's context what it may do, as
+// s.authFor decides (authByConnection; tests put a fixed level there).
 func (s *Server) authenticate(r *http.Request) *http.Request {
-	a := daemon.AuthLocal
-	if r.TLS != nil {
-		a, _ = s.core.Authenticate(peerCert(r))
+	return r.WithContext(context.WithValue(r.Context(), authKey{}, s.authFor(r)))
+}
+
+// authByConnection decides what a request may do: over the root-only unix
+// socket everything; over TLS what its certificate is trusted for.
+func (s *Server) authByConnection(r *http.Request) trust.Auth {
+	if r.TLS == nil {
+		return trust.AuthLocal
 	}
-	return r.WithContext(context.WithValue(r.Context(), authKey{}, a))
+	a, _ := s.core.Authenticate(peerCert(r))
+	return a
 }
 
 // allowed reports whether auth may call a route of that access level.
-func allowed(a daemon.Auth, level access) bool {
+func allowed(a trust.Auth, level access) bool {
 	if level == accessPeerOnly {
-		return a == daemon.AuthPeer
+		return a == trust.AuthPeer
 	}
 	switch a {
-	case daemon.AuthLocal, daemon.AuthClient:
+	case trust.AuthLocal, trust.AuthClient:
 		return true
-	case daemon.AuthPeer:
+	case trust.AuthPeer:
 		return level == accessPeer || level == accessPublic
 	}
 	return level == accessPublic

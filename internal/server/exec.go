@@ -12,8 +12,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
-	"github.com/vesselhost/vessel/internal/runtime"
 )
 
 var upgrader = websocket.Upgrader{
@@ -33,7 +31,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if inst.Status != api.StatusRunning {
-		return conflictError{fmt.Sprintf("instance %q is not running (%s)", name, strings.ToLower(inst.Status))}
+		return api.Errorf(api.ErrConflict, "instance %q is not running (%s)", name, strings.ToLower(inst.Status))
 	}
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -50,7 +48,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 
 	ws := &wsWriter{conn: conn}
 	stdinR, stdinW := io.Pipe()
-	resize := make(chan runtime.WinSize, 4)
+	resize := make(chan api.WindowSize, 4)
 	go func() {
 		// Reader: stdin frames and control messages. A broken connection
 		// ends the command.
@@ -77,7 +75,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 				var c api.ExecControl
 				if json.Unmarshal(data, &c) == nil && c.Type == api.ExecResize {
 					select {
-					case resize <- runtime.WinSize{Width: c.Width, Height: c.Height}:
+					case resize <- api.WindowSize{Width: c.Width, Height: c.Height}:
 					default:
 					}
 				}
@@ -85,7 +83,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		}
 	}()
 
-	code, err := s.core.Exec(ctx, name, req, daemon.ExecIO{
+	code, err := s.core.Exec(ctx, name, req, api.ExecIO{
 		Stdin:  stdinR,
 		Stdout: ws.stream(api.StreamStdout),
 		Stderr: ws.stream(api.StreamStderr),
@@ -136,9 +134,3 @@ func (w *wsWriter) close() error {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// conflictError is a 409 raised by the API layer itself.
-type conflictError struct{ msg string }
-
-func (e conflictError) Error() string        { return e.msg }
-func (e conflictError) Is(target error) bool { return target == daemon.ErrConflict }

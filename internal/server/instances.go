@@ -6,14 +6,14 @@ import (
 	"strconv"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // getServer describes the server; an untrusted caller learns only the API
 // version and the server's fingerprint.
 func (s *Server) getServer(r *http.Request) response {
 	a := authOf(r)
-	if !allowed(a, accessClient) && a != daemon.AuthPeer {
+	if !allowed(a, accessClient) && a != trust.AuthPeer {
 		return syncResponse{metadata: api.Server{APIVersion: api.Version, Auth: string(a), Fingerprint: s.core.Fingerprint()}}
 	}
 	srv := s.core.ServerInfo(r.Context())

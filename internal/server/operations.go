@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,7 +40,7 @@ func (s *Server) waitOperation(r *http.Request) response {
 	if t := r.URL.Query().Get("timeout"); t != "" {
 		secs, err := strconv.ParseFloat(t, 64)
 		if err != nil || secs < 0 {
-			return errorResponse{errors.Join(errBadRequest, fmt.Errorf("bad timeout %q", t))}
+			return errorResponse{errBadRequestf("bad timeout %q", t)}
 		}
 		if d := time.Duration(secs * float64(time.Second)); d < timeout {
 			timeout = d

@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,11 +18,11 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 // Core is what the API needs from the daemon.
@@ -35,7 +34,7 @@ type Core interface {
 	ChangeState(ctx context.Context, name string, req api.InstanceStatePut) (*operations.Operation, error)
 	DeleteInstance(ctx context.Context, name string, force bool) (*operations.Operation, error)
 	UpdateInstance(ctx context.Context, name string, req api.InstancePatch) (*operations.Operation, error)
-	Exec(ctx context.Context, name string, req api.ExecPost, stdio daemon.ExecIO) (int, error)
+	Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error)
 	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
 	ListImages(ctx context.Context) ([]api.Image, error)
 	GetImage(ctx context.Context, ref string) (api.Image, error)
@@ -50,7 +49,7 @@ type Core interface {
 	RestoreSnapshot(ctx context.Context, name, snap string, req api.SnapshotRestorePost) (*operations.Operation, error)
 	Operations() *operations.Registry
 
-	Authenticate(cert *x509.Certificate) (daemon.Auth, string)
+	Authenticate(cert *x509.Certificate) (trust.Auth, string)
 	Fingerprint() string
 	IssueToken(ctx context.Context, req api.TokenPost) (api.TokenResponse, error)
 	Join(ctx context.Context, cert *x509.Certificate, secret string) error
@@ -73,11 +72,14 @@ type Server struct {
 	mux  *http.ServeMux
 	// metricsHandler serves GET /1.0/metrics (metrics.go).
 	metricsHandler http.Handler
+	// authFor decides what a request may do (auth.go).
+	authFor func(r *http.Request) trust.Auth
 }
 
 // New returns the API handler for core.
 func New(core Core, log *slog.Logger) *Server {
 	s := &Server{core: core, log: log, mux: http.NewServeMux(), metricsHandler: newMetricsHandler(core, log)}
+	s.authFor = s.authByConnection
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
@@ -87,7 +89,7 @@ func New(core Core, log *slog.Logger) *Server {
 	return s
 }
 
-var errNotFoundRoute = errors.New("not found: no such API endpoint")
+var errNotFoundRoute = api.Errorf(api.ErrNotFound, "not found: no such API endpoint")
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -140,39 +142,40 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, api.Response{Type: api.ResponseError, Error: err.Error(), ErrorCode: code})
 }
 
-// statusFor maps an error to its HTTP status: the one place that does.
+// statusFor maps an error to its HTTP status: the one place that does. The
+// API's error kinds come first, so that an error of a kind which also wraps
+// a context error (a conflict found while waiting) keeps its kind's status.
 func statusFor(err error) int {
 	switch {
-	case errors.Is(err, errNotFoundRoute),
-		errors.Is(err, daemon.ErrNotFound),
+	case errors.Is(err, api.ErrNotFound),
 		errors.Is(err, state.ErrNotFound),
 		errors.Is(err, operations.ErrNotFound),
 		errors.Is(err, storage.ErrVolumeNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, daemon.ErrInvalid), errors.Is(err, errBadRequest):
+	case errors.Is(err, api.ErrInvalid):
 		return http.StatusBadRequest
-	case errors.Is(err, daemon.ErrForbidden), errors.Is(err, errForbidden):
+	case errors.Is(err, api.ErrForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, daemon.ErrConflict),
+	case errors.Is(err, api.ErrConflict),
 		errors.Is(err, state.ErrExists),
 		errors.Is(err, storage.ErrVolumeExists),
 		errors.Is(err, network.ErrAddressInUse):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return api.StatusCanceled
 	}
 	return http.StatusInternalServerError
 }
 
 // errBadRequestf is a 400 with a message.
 func errBadRequestf(format string, args ...any) error {
-	return errors.Join(errBadRequest, fmt.Errorf(format, args...))
+	return api.Errorf(api.ErrInvalid, format, args...)
 }
 
-var (
-	errBadRequest = errors.New("bad request")
-	errForbidden  = errors.New("forbidden: this certificate is not trusted here (see 'vessel remote add' and 'vessel trust')")
-)
+// errForbidden refuses a caller the route is not for.
+var errForbidden = api.Errorf(api.ErrForbidden, "forbidden: this certificate is not trusted here (see 'vessel remote add' and 'vessel trust')")
 
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -208,7 +211,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errors.Join(errBadRequest, err)
+		return api.Errorf(api.ErrInvalid, "bad request: %w", err)
 	}
 	return nil
 }

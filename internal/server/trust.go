@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/trust"
 )
 
 func (s *Server) issueToken(r *http.Request) response {
@@ -30,7 +30,7 @@ func (s *Server) addCertificate(r *http.Request) response {
 	switch {
 	case req.Secret != "":
 		err = s.core.Join(r.Context(), peerCert(r), req.Secret)
-	case authOf(r) == daemon.AuthLocal || authOf(r) == daemon.AuthClient:
+	case authOf(r) == trust.AuthLocal || authOf(r) == trust.AuthClient:
 		err = s.core.TrustCertificate(r.Context(), req)
 	default:
 		err = errForbidden

@@ -12,6 +12,9 @@
 //   - Trusted certificate: a certificate a host lets in, of a Kind: a
 //     "client" (full API access) or a "peer" (another host: migration
 //     only).
+//   - Auth: what a request to the API may do, decided by how it arrived:
+//     over the root-only unix socket (local), or over TLS with a trusted
+//     client's certificate, a trusted peer's, or none trusted.
 //   - Token: a one-time, expiring secret a host issues so that a client or
 //     peer can have its certificate trusted; the token also carries the
 //     issuer's address and fingerprint, so the joiner can verify the host it
@@ -37,12 +40,30 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
 )
 
-// Kinds of trusted certificates.
+// Auth is what a request to the API may do, decided by how it arrived.
+// Its values are the API's (api.Server.Auth).
+type Auth string
+
+// Auth levels.
 const (
-	KindClient = "client"
-	KindPeer   = "peer"
+	// AuthLocal came over the root-only unix socket: everything.
+	AuthLocal Auth = api.AuthLocal
+	// AuthClient presented a trusted client certificate: everything.
+	AuthClient Auth = api.AuthClient
+	// AuthPeer presented a trusted peer host's certificate: migration.
+	AuthPeer Auth = api.AuthPeer
+	// AuthNone is an unknown or missing certificate: public endpoints only.
+	AuthNone Auth = api.AuthUntrusted
+)
+
+// Kinds of trusted certificates: the API's.
+const (
+	KindClient = api.TrustKindClient
+	KindPeer   = api.TrustKindPeer
 )
 
 // Errors.
