@@ -21,24 +21,24 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
-	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
 // Case is one (size, mode) series.
 type Case struct {
-	SizeMiB        int                `json:"size_mib"`
-	Mode           string             `json:"mode"`
-	Moves          int                `json:"moves"`
-	FrozenMs       benchutil.Stats    `json:"frozen_ms"`
-	HeartbeatGapMs benchutil.Stats    `json:"heartbeat_gap_ms,omitzero"`
-	TotalMs        benchutil.Stats    `json:"total_ms"`
-	SuspendDumpMs  benchutil.Stats    `json:"suspend_dump_ms"`
-	UndumpResumeMs benchutil.Stats    `json:"undump_resume_ms"`
-	PostcopyMs     benchutil.Stats    `json:"postcopy_ms,omitzero"`
-	PrecopyPasses  benchutil.Stats    `json:"precopy_iterations"`
-	DumpMiB        benchutil.Stats    `json:"copy_dump_mib"`
-	Timings        []migration.Timing `json:"timings"`
+	SizeMiB        int                   `json:"size_mib"`
+	Mode           string                `json:"mode"`
+	Moves          int                   `json:"moves"`
+	FrozenMs       benchutil.Stats       `json:"frozen_ms"`
+	HeartbeatGapMs benchutil.Stats       `json:"heartbeat_gap_ms,omitzero"`
+	TotalMs        benchutil.Stats       `json:"total_ms"`
+	SuspendDumpMs  benchutil.Stats       `json:"suspend_dump_ms"`
+	UndumpResumeMs benchutil.Stats       `json:"undump_resume_ms"`
+	PostcopyMs     benchutil.Stats       `json:"postcopy_ms,omitzero"`
+	PrecopyPasses  benchutil.Stats       `json:"precopy_iterations"`
+	DumpMiB        benchutil.Stats       `json:"copy_dump_mib"`
+	Timings        []api.MigrationTiming `json:"timings"`
 }
 
 // Result is the benchmark's JSON output.
@@ -91,7 +91,7 @@ func main() {
 					c.OK("exec", at+":"+name, "--", "touch", "/tmp/beat.reset")
 					time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
 				}
-				var t migration.Timing
+				var t api.MigrationTiming
 				if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
 					r.Fatalf("timing: %v", err)
 				}
@@ -118,7 +118,7 @@ func main() {
 			cs.FrozenMs, cs.TotalMs = benchutil.Summarise(frozen), benchutil.Summarise(total)
 			cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sd), benchutil.Summarise(ur)
 			cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(passes), benchutil.Summarise(dump)
-			if mode == migration.MemoryLazy {
+			if mode == api.MemoryLazy {
 				cs.PostcopyMs = benchutil.Summarise(post)
 			}
 			if len(gap) > 0 {
@@ -131,7 +131,7 @@ func main() {
 	// Post-copy against the in-run baseline (copy), per size.
 	for _, a := range res.Cases {
 		for _, b := range res.Cases {
-			if a.SizeMiB == b.SizeMiB && a.Mode == migration.MemoryLazy && b.Mode == migration.MemoryCopy {
+			if a.SizeMiB == b.SizeMiB && a.Mode == api.MemoryLazy && b.Mode == api.MemoryCopy {
 				res.Ratios[fmt.Sprintf("lazy_vs_copy_frozen_%dmib", a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
 			}
 		}

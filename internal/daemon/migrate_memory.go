@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/api"
 )
 
 // autoCopyMaxBytes is the memory below which --memory=auto copies it while
@@ -22,15 +22,15 @@ const autoCopyMaxBytes = 6 << 20
 // userfaultfd (post-copy needs it).
 func (d *Daemon) autoMemoryMode(name string) string {
 	if !haveUserfaultfd() {
-		d.log.Info("memory mode auto: no userfaultfd on this kernel", "name", name, "mode", migration.MemoryCopy)
-		return migration.MemoryCopy
+		d.log.Info("memory mode auto: no userfaultfd on this kernel", "name", name, "mode", api.MemoryCopy)
+		return api.MemoryCopy
 	}
-	mode, anon := migration.MemoryLazy, "unknown"
+	mode, anon := api.MemoryLazy, "unknown"
 	if cg, err := d.instanceCgroup(name); err == nil {
 		if st, err := cg.Stats(); err == nil {
 			anon = fmt.Sprintf("%d KiB", st.MemoryAnon>>10)
 			if st.MemoryAnon <= autoCopyMaxBytes {
-				mode = migration.MemoryCopy
+				mode = api.MemoryCopy
 			}
 		}
 	}

@@ -38,8 +38,8 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	}
 	switch req.Memory {
 	case "":
-		req.Memory = migration.MemoryAuto
-	case migration.MemoryAuto, migration.MemoryLazy, migration.MemoryCopy:
+		req.Memory = api.MemoryAuto
+	case api.MemoryAuto, api.MemoryLazy, api.MemoryCopy:
 	default:
 		return nil, errorf(ErrInvalid, "unknown memory mode %q (want auto, lazy or copy)", req.Memory)
 	}
@@ -85,7 +85,7 @@ type migrationSource struct {
 	name   string
 	req    api.InstanceMigratePost
 	sess   *migration.Session
-	timing migration.Timing
+	timing api.MigrationTiming
 	// snaps are the pre-copy snapshots sent so far (deleted at the end).
 	snaps []storage.Volume
 	// base is the newest snapshot the target already has (the parent of
@@ -122,7 +122,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 			release()
 		}
 	}()
-	if req.Live && req.Memory == migration.MemoryAuto {
+	if req.Live && req.Memory == api.MemoryAuto {
 		req.Memory = d.autoMemoryMode(name)
 		m.req = req
 	}
@@ -273,7 +273,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	images, work := filepath.Join(dir, "images"), d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(work)
 	defer d.dropMigrationDir(m.name)
-	lazy := m.req.Memory == migration.MemoryLazy
+	lazy := m.req.Memory == api.MemoryLazy
 
 	// Everything CRIU can do while the container runs is done first.
 	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/operations"
@@ -262,7 +263,7 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	if err := m.injectFault(faultRestore); err != nil {
 		return err
 	}
-	lazy := m.hello.Memory == migration.MemoryLazy
+	lazy := m.hello.Memory == api.MemoryLazy
 	var lp *runtime.LazyPages
 	if lazy {
 		tlp := time.Now()

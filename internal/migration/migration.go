@@ -28,32 +28,15 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
-
-	"github.com/vesselhost/vessel/internal/api"
 )
 
-// Version is the migration protocol's version. A target refuses a Hello of
-// another major version.
+// Version is the migration protocol's version. A target refuses a Hello
+// of any other version (compared exactly: both hosts must speak the same
+// protocol; there is no negotiation).
 const Version = 2
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
-
-// Memory modes of a live migration.
-const (
-	// MemoryLazy moves memory after the target resumed (post-copy).
-	//
-	// Deprecated: use api.MemoryLazy (the daemon switches soon).
-	MemoryLazy = api.MemoryLazy
-	// MemoryCopy dumps all memory while frozen.
-	//
-	// Deprecated: use api.MemoryCopy (the daemon switches soon).
-	MemoryCopy = api.MemoryCopy
-	// MemoryAuto picks copy or lazy by the container's memory.
-	//
-	// Deprecated: use api.MemoryAuto (the daemon switches soon).
-	MemoryAuto = api.MemoryAuto
-)
 
 // Errors.
 var (
@@ -172,11 +155,6 @@ func Expect(m Message, want string) error {
 	}
 	return nil
 }
-
-// Timing is the per-phase report of a migration.
-//
-// Deprecated: use api.MigrationTiming (the daemon switches soon).
-type Timing = api.MigrationTiming
 
 // Seconds converts a duration for the report (millisecond precision).
 func Seconds(d time.Duration) float64 {

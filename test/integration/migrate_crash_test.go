@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -26,7 +25,7 @@ func TestMigrationDaemonCrash(t *testing.T) {
 	// The source dies with the container checkpointed and frozen (a lazy
 	// dump's page server still holding its processes, or a full dump):
 	// back up, it resumes the container where it was.
-	for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+	for _, mode := range []string{api.MemoryLazy, api.MemoryCopy} {
 		alpha.RestartWith("--fault", "migrate.source.frozen=crash")
 		if r := c.Vessel("move", "alpha:k1", "beta:", "--live", "--memory", mode); r.Code == 0 {
 			t.Fatalf("move (%s) succeeded although the source crashed", mode)
@@ -48,7 +47,7 @@ func TestMigrationDaemonCrash(t *testing.T) {
 	// target is back, which deletes its half-received copy; then the
 	// container resumes on the source.
 	beta.RestartWith("--fault", "migrate.target.before-restore=crash")
-	r := c.Vessel("move", "alpha:k1", "beta:", "--live", "--memory", migration.MemoryCopy)
+	r := c.Vessel("move", "alpha:k1", "beta:", "--live", "--memory", api.MemoryCopy)
 	if r.Code == 0 {
 		t.Fatal("move succeeded although the target crashed")
 	}
@@ -64,7 +63,7 @@ func TestMigrationDaemonCrash(t *testing.T) {
 	// The source dies right after telling the target to start the
 	// container: the target runs it, so the source drops its copy.
 	alpha.RestartWith("--fault", "migrate.source.started=crash")
-	if r := c.Vessel("move", "alpha:k1", "beta:", "--live", "--memory", migration.MemoryCopy); r.Code == 0 {
+	if r := c.Vessel("move", "alpha:k1", "beta:", "--live", "--memory", api.MemoryCopy); r.Code == 0 {
 		t.Fatal("move succeeded although the source crashed")
 	}
 	alpha.RestartWith()

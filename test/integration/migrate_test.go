@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -131,12 +130,12 @@ func TestLiveMigrationRoundTrips(t *testing.T) {
 	hosts := []string{"alpha", "beta"}
 	for i := 0; i < 20; i++ {
 		from, to := hosts[i%2], hosts[(i+1)%2]
-		mode := migration.MemoryLazy
+		mode := api.MemoryLazy
 		if i%4 >= 2 {
-			mode = migration.MemoryCopy
+			mode = api.MemoryCopy
 		}
 		out := c.OK("move", from+":w1", to+":", "--live", "--memory", mode, "--format", "json")
-		var tm migration.Timing
+		var tm api.MigrationTiming
 		if err := json.Unmarshal([]byte(out), &tm); err != nil {
 			t.Fatalf("move %d: timing JSON: %v\n%s", i, err, out)
 		}
@@ -226,7 +225,7 @@ func TestMigrationFaults(t *testing.T) {
 		"migrate.target.restore=fail",
 	} {
 		beta.RestartWith("--fault", fault)
-		for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+		for _, mode := range []string{api.MemoryLazy, api.MemoryCopy} {
 			r := c.Vessel("move", "alpha:f1", "beta:", "--live", "--memory", mode)
 			if r.Code == 0 {
 				t.Fatalf("move succeeded despite %s", fault)
@@ -238,7 +237,7 @@ func TestMigrationFaults(t *testing.T) {
 	// A restore that never returns (a stuck CRIU) is stopped at the
 	// target's deadline, and the source resumes.
 	beta.RestartWith("--fault", "migrate.target.restore=hang", "--restore-timeout", "2s")
-	for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+	for _, mode := range []string{api.MemoryLazy, api.MemoryCopy} {
 		r := c.Vessel("move", "alpha:f1", "beta:", "--live", "--memory", mode)
 		if r.Code == 0 || !strings.Contains(r.Stderr, "did not finish within 2s") {
 			t.Fatalf("move with a hung restore (%s): exit %d, %s", mode, r.Code, r.Stderr)
@@ -366,7 +365,7 @@ func TestMigrationCRIURefuses(t *testing.T) {
 	c.OK("exec", "alpha:u1", "--", "sh", "-c", "setsid undumpable </dev/null >/dev/null 2>&1 &")
 	c.OK("exec", "alpha:u1", "--", "sh", "-c", "while [ ! -e /tmp/undumpable.ready ]; do usleep 50000; done")
 	pid := instanceOn(t, c, "alpha:u1").PID
-	for _, mode := range []string{migration.MemoryLazy, migration.MemoryCopy} {
+	for _, mode := range []string{api.MemoryLazy, api.MemoryCopy} {
 		r := c.Vessel("move", "alpha:u1", "beta:", "--live", "--memory", mode)
 		if r.Code == 0 {
 			t.Fatalf("%s: move of an undumpable container succeeded", mode)
@@ -408,7 +407,7 @@ func TestLiveMigrationDirDriver(t *testing.T) {
 	w := startWorkload(t, c, "alpha:d1")
 	for i, hop := range [][2]string{{"alpha", "beta"}, {"beta", "alpha"}, {"alpha", "beta"}} {
 		out := c.OK("move", hop[0]+":d1", hop[1]+":", "--live", "--format", "json")
-		var tm migration.Timing
+		var tm api.MigrationTiming
 		if err := json.Unmarshal([]byte(out), &tm); err != nil {
 			t.Fatalf("move %d: %v\n%s", i, err, out)
 		}
@@ -437,17 +436,17 @@ func TestMoveMemoryAuto(t *testing.T) {
 	c.OK("launch", "busybox", "alpha:big")
 	c.Host("alpha").StartMemhog("big", memhog, 32)
 	mode := func(ref, to string) string {
-		var tm migration.Timing
+		var tm api.MigrationTiming
 		out := c.OK("move", ref, to+":", "--live", "--format", "json")
 		if err := json.Unmarshal([]byte(out), &tm); err != nil {
 			t.Fatalf("timing: %v\n%s", err, out)
 		}
 		return tm.Mode
 	}
-	if got := mode("alpha:small", "beta"); got != "live/"+migration.MemoryCopy {
+	if got := mode("alpha:small", "beta"); got != "live/"+api.MemoryCopy {
 		t.Errorf("idle container moved as %q, want live/copy", got)
 	}
-	if got := mode("alpha:big", "beta"); got != "live/"+migration.MemoryLazy {
+	if got := mode("alpha:big", "beta"); got != "live/"+api.MemoryLazy {
 		t.Errorf("container with 32 MiB moved as %q, want live/lazy", got)
 	}
 	// Every byte came through post-copy (served from the frozen source).
