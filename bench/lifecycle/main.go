@@ -156,7 +156,7 @@ func (b *runcBench) run(i int) (time.Duration, error) {
 	}
 	rootfs := filepath.Join(bundle, "rootfs")
 	if out, err := exec.Command("btrfs", "subvolume", "snapshot", b.image, rootfs).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("snapshot: %v: %s", err, out)
+		return 0, fmt.Errorf("snapshot: %w: %s", err, out)
 	}
 	o := b.spec
 	o.ID, o.Hostname, o.Rootfs = id, id, rootfs
@@ -173,7 +173,7 @@ func (b *runcBench) run(i int) (time.Duration, error) {
 	t0 := time.Now()
 	cmd := exec.Command("runc", "--root", b.root, "run", "-d", "--bundle", bundle, id)
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("runc run %s: %v", id, err)
+		return 0, fmt.Errorf("runc run %s: %w", id, err)
 	}
 	return time.Since(t0), nil
 }
@@ -183,7 +183,7 @@ func (b *runcBench) killDelete(i int) (time.Duration, error) {
 	id := fmt.Sprintf("rb%d", i)
 	t0 := time.Now()
 	if out, err := exec.Command("runc", "--root", b.root, "kill", id, "KILL").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("kill: %v: %s", err, out)
+		return 0, fmt.Errorf("kill: %w: %s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -199,7 +199,7 @@ func (b *runcBench) killDelete(i int) (time.Duration, error) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	if out, err := exec.Command("runc", "--root", b.root, "delete", id).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("delete: %v: %s", err, out)
+		return 0, fmt.Errorf("delete: %w: %s", err, out)
 	}
 	d := time.Since(t0)
 	_ = exec.Command("btrfs", "subvolume", "delete", filepath.Join(b.dir, id, "rootfs")).Run()

@@ -112,7 +112,7 @@ func validateConfig(cfg map[string]string) error {
 			continue
 		}
 		if err := configKeys[k](cfg[k]); err != nil {
-			return errorf(ErrInvalid, "%s=%q: %v", k, cfg[k], err)
+			return errorf(ErrInvalid, "%s=%q: %w", k, cfg[k], err)
 		}
 	}
 	return nil
@@ -179,7 +179,7 @@ func (p *configParser) number(key string, parse func(string) (int64, error)) int
 	}
 	n, err := parse(v)
 	if err != nil {
-		p.err = errorf(ErrInvalid, "%s=%q: %v", key, v, err)
+		p.err = errorf(ErrInvalid, "%s=%q: %w", key, v, err)
 	}
 	return n
 }
@@ -191,7 +191,7 @@ func (p *configParser) cores(key string) float64 {
 	}
 	n, err := parseCores(v)
 	if err != nil {
-		p.err = errorf(ErrInvalid, "%s=%q: %v", key, v, err)
+		p.err = errorf(ErrInvalid, "%s=%q: %w", key, v, err)
 	}
 	return n
 }

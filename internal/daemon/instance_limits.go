@@ -48,7 +48,7 @@ func (d *Daemon) limitsFor(ctx context.Context, cfg map[string]string) (cgroups.
 	devs, err := d.storage.BlockDevices(ctx)
 	if hasDiskLimits(cfg) {
 		if err != nil {
-			return cgroups.Resources{}, errorf(ErrConflict, "disk limits need the storage pool's block devices: %v", err)
+			return cgroups.Resources{}, errorf(ErrConflict, "disk limits need the storage pool's block devices: %w", err)
 		}
 		if len(devs) == 0 {
 			return cgroups.Resources{}, errorf(ErrConflict, "disk limits: the storage pool is on no block device")
@@ -97,7 +97,7 @@ func (d *Daemon) ensureBFQ(devs []cgroups.DeviceLimit) error {
 			continue
 		}
 		if err := cgroups.SetScheduler(dev, "bfq"); err != nil {
-			return errorf(ErrConflict, "disk weight: %v", err)
+			return errorf(ErrConflict, "disk weight: %w", err)
 		}
 	}
 	return nil

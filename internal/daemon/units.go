@@ -44,7 +44,7 @@ func parseSize(s string) (int64, error) {
 	}
 	n, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
-		return 0, fmt.Errorf("not a size: %v", err)
+		return 0, fmt.Errorf("not a size: %w", err)
 	}
 	v := math.Round(n * mult)
 	if v > maxSize {

@@ -34,7 +34,7 @@ func decompress(ctx context.Context, r io.Reader) (io.ReadCloser, error) {
 	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("%w: gzip: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: gzip: %w", ErrInvalidImage, err)
 		}
 		return zr, nil
 	case bytes.HasPrefix(magic, xzMagic):
@@ -42,7 +42,7 @@ func decompress(ctx context.Context, r io.Reader) (io.ReadCloser, error) {
 	case bytes.HasPrefix(magic, zstdMagic):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
 		if err != nil {
-			return nil, fmt.Errorf("%w: zstd: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: zstd: %w", ErrInvalidImage, err)
 		}
 		return zr.IOReadCloser(), nil
 	case bytes.HasPrefix(magic, bzip2Magic) && len(magic) > 3 && magic[3] >= '1' && magic[3] <= '9':

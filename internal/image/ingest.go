@@ -83,7 +83,7 @@ func classifyStageError(ctx context.Context, out *countingWriter, err error) err
 	if errors.Is(err, ErrInvalidImage) {
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrInvalidImage, err)
+	return fmt.Errorf("%w: %w", ErrInvalidImage, err)
 }
 
 // commit links a staged file into the store under its fingerprint. If the

@@ -34,7 +34,7 @@ func (s *Store) ImportOCILayout(ctx context.Context, dir string, ref string) (Me
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return Metadata{}, fmt.Errorf("import oci layout %s: %w: config: %v", dir, ErrInvalidImage, err)
+		return Metadata{}, fmt.Errorf("import oci layout %s: %w: config: %w", dir, ErrInvalidImage, err)
 	}
 	rc := mutate.Extract(img)
 	st, err := s.stage(ctx, rc)
@@ -58,15 +58,15 @@ func (s *Store) ImportOCILayout(ctx context.Context, dir string, ref string) (Me
 func selectLayoutImage(dir, ref string) (v1.Image, error) {
 	p, err := layout.FromPath(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 	}
 	idx, err := p.ImageIndex()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, fmt.Errorf("%w: index.json: %v", ErrInvalidImage, err)
+		return nil, fmt.Errorf("%w: index.json: %w", ErrInvalidImage, err)
 	}
 	for _, d := range im.Manifests {
 		if ref == "" || d.Annotations[refNameAnnotation] == ref || d.Digest.String() == ref {
@@ -86,24 +86,24 @@ func descriptorImage(idx v1.ImageIndex, d v1.Descriptor) (v1.Image, error) {
 	case d.MediaType.IsImage():
 		img, err := idx.Image(d.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 		}
 		return img, nil
 	case d.MediaType.IsIndex():
 		child, err := idx.ImageIndex(d.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 		}
 		cm, err := child.IndexManifest()
 		if err != nil {
-			return nil, fmt.Errorf("%w: index %s: %v", ErrInvalidImage, d.Digest, err)
+			return nil, fmt.Errorf("%w: index %s: %w", ErrInvalidImage, d.Digest, err)
 		}
 		for _, c := range cm.Manifests {
 			if c.MediaType.IsImage() && c.Platform != nil &&
 				c.Platform.OS == "linux" && c.Platform.Architecture == runtime.GOARCH {
 				img, err := child.Image(c.Digest)
 				if err != nil {
-					return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+					return nil, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 				}
 				return img, nil
 			}

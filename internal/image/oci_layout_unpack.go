@@ -36,7 +36,7 @@ func unpackLayout(ctx context.Context, archive, dir string) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidImage, err)
+			return fmt.Errorf("%w: %w", ErrInvalidImage, err)
 		}
 		if err := unpackLayoutMember(root, hdr, tr); err != nil {
 			return err

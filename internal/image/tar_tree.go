@@ -48,7 +48,7 @@ func scanTar(r io.Reader) (*tarTree, error) {
 			return nil, err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: not a tar archive: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: not a tar archive: %w", ErrInvalidImage, err)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
@@ -86,7 +86,7 @@ func (t *tarTree) add(hdr *tar.Header, content io.Reader) error {
 	if n.typ == tar.TypeReg && path.Base(name) == "os-release" && hdr.Size <= maxOSReleaseSize {
 		data, err := io.ReadAll(content)
 		if err != nil {
-			return fmt.Errorf("%w: reading %s: %v", ErrInvalidImage, hdr.Name, err)
+			return fmt.Errorf("%w: reading %s: %w", ErrInvalidImage, hdr.Name, err)
 		}
 		t.osReleases[name] = data
 	}

@@ -173,7 +173,7 @@ func (s *Session) AcceptStream(ctx context.Context) (net.Conn, StreamHeader, err
 	}
 	if err := json.Unmarshal(line, &h); err != nil {
 		st.Close()
-		return nil, h, fmt.Errorf("%w: stream header: %v", ErrProtocol, err)
+		return nil, h, fmt.Errorf("%w: stream header: %w", ErrProtocol, err)
 	}
 	return st, h, nil
 }

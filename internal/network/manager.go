@@ -34,7 +34,7 @@ type Manager struct {
 // NetnsDir an absolute path, MTU 0 (1500) or 68..65535.
 func New(cfg Config) (*Manager, error) {
 	if err := validIfName(cfg.Bridge); err != nil {
-		return nil, fmt.Errorf("%w: bridge: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: bridge: %w", ErrInvalidConfig, err)
 	}
 	l, err := layout(cfg.Subnet)
 	if err != nil {
@@ -58,7 +58,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Uplink != "" {
 		if err := validIfName(cfg.Uplink); err != nil {
-			return nil, fmt.Errorf("%w: uplink: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: uplink: %w", ErrInvalidConfig, err)
 		}
 	}
 	if cfg.ExternalGateway && cfg.NAT {
