@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/migration"
-	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
 )
@@ -72,49 +70,4 @@ func toWire(i state.Instance) migration.Instance {
 func fromWire(w migration.Instance) state.Instance {
 	return state.Instance{Name: w.Name, Image: w.Image, Created: w.Created, Config: w.Config,
 		Init: w.Init, Env: w.Env, Cwd: w.Cwd, StopSignal: w.StopSignal, OS: state.OS(w.OS), Address: w.Address}
-}
-
-// progress publishes an operation's transfer progress (phase, bytes, rate)
-// every quarter second while a transfer runs.
-type progress struct {
-	op    *operations.Operation
-	bytes atomic.Int64
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func startProgress(op *operations.Operation, meta map[string]any) *progress {
-	p := &progress{op: op, stop: make(chan struct{}), done: make(chan struct{})}
-	op.SetMetadata(meta)
-	go func() {
-		defer close(p.done)
-		start := time.Now()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-				n := p.bytes.Load()
-				rate := float64(n) / time.Since(start).Seconds()
-				op.SetMetadata(map[string]any{"bytes": n, "rate_bytes_per_s": int64(rate)})
-			}
-		}
-	}()
-	return p
-}
-
-// Write counts bytes (a progress is an io.Writer for io.MultiWriter).
-func (p *progress) Write(b []byte) (int, error) {
-	p.bytes.Add(int64(len(b)))
-	return len(b), nil
-}
-
-func (p *progress) end() int64 {
-	close(p.stop)
-	<-p.done
-	n := p.bytes.Load()
-	p.op.SetMetadata(map[string]any{"bytes": n})
-	return n
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
@@ -108,7 +109,7 @@ func (m *migrationSource) syncTree(ctx context.Context, final bool) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	p := startProgress(m.op, map[string]any{"phase": map[bool]string{false: "precopy", true: "final disk"}[final], "iteration": i, "bytes": 0})
+	p := startProgress(m.op, map[string]any{"phase": map[bool]string{false: "precopy", true: "final disk"}[final], "iteration": i, api.MetaBytes: 0}, nil)
 	man, serr := m.d.storage.(storage.TreeSyncer).SyncVolume(ctx, containerVolume(m.name), m.manifest, io.MultiWriter(st, p))
 	st.Close()
 	p.end()
@@ -156,7 +157,7 @@ func (m *migrationSource) sendSnapshotDisk(ctx context.Context, final bool) (int
 	if final {
 		phase = "final disk"
 	}
-	p := startProgress(m.op, map[string]any{"phase": phase, "iteration": i, "bytes": 0})
+	p := startProgress(m.op, map[string]any{"phase": phase, "iteration": i, api.MetaBytes: 0}, nil)
 	serr := d.storage.(storage.Sender).SendVolume(ctx, snap, parent, io.MultiWriter(st, p))
 	st.Close()
 	sent := p.end()

@@ -22,7 +22,7 @@ func (m *migrationTarget) receiveDisk(ctx context.Context, recv storage.Receiver
 		return err
 	}
 	defer st.Close()
-	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration})
+	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration}, nil)
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
 	if msg.Snapshot != "" && recv != nil {
 		vol := storage.Volume{Type: storage.VolumeSnapshot, Name: m.name + "/" + msg.Snapshot}

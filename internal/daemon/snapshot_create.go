@@ -229,9 +229,8 @@ func (d *Daemon) prepareCheckpoint(ctx context.Context, name, snap string) (*che
 // cancellation aborts the capture instead, so CRIU's next page write
 // fails, CRIU gives the tasks back and runc returns.
 func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) error {
-	op.SetMetadata(map[string]any{api.MetaStage: "dump"})
 	t0 := time.Now()
-	stop := ck.reportProgress(op)
+	p := startProgress(op, map[string]any{api.MetaStage: "dump"}, ck.sink.Written)
 	// CRIU's dump.log goes outside the checkpoint, so that it is still
 	// there to read when a failed checkpoint has been removed.
 	work := ck.d.cfg.dumpWorkDir(ck.name)
@@ -243,7 +242,7 @@ func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) err
 		WorkPath:     work,
 		LeaveRunning: true,
 	})
-	stop()
+	p.end()
 	var cerr error
 	if ck.capture != nil {
 		ck.stored, cerr = ck.capture.Finish()
@@ -260,26 +259,6 @@ func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) err
 		return fmt.Errorf("stateful snapshot of %s: %w", ck.name, err)
 	}
 	return nil
-}
-
-// reportProgress updates the operation's bytes and rate until stopped.
-func (ck *checkpointRun) reportProgress(op *operations.Operation) func() {
-	done := make(chan struct{})
-	t0 := time.Now()
-	go func() {
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				n := ck.sink.Written()
-				op.SetMetadata(map[string]any{api.MetaBytes: n, api.MetaRate: int64(float64(n) / time.Since(t0).Seconds())})
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // finish makes the checkpoint durable: the captured page files were synced
