@@ -183,7 +183,9 @@ func ioPressure() float64 {
 		return 0
 	}
 	var avg10, avg60, avg300, total float64
-	fmt.Sscanf(string(b), "some avg10=%f avg60=%f avg300=%f total=%f", &avg10, &avg60, &avg300, &total)
+	if _, err := fmt.Sscanf(string(b), "some avg10=%f avg60=%f avg300=%f total=%f", &avg10, &avg60, &avg300, &total); err != nil {
+		return 0
+	}
 	return total
 }
 

@@ -56,7 +56,7 @@ func newExecCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("terminal raw mode: %w", err)
 				}
-				defer term.Restore(stdinFd, old)
+				defer func() { _ = term.Restore(stdinFd, old) }()
 				stdio.Resize = watchResize(stdinFd)
 			}
 			if !interactive && term.IsTerminal(stdinFd) {

@@ -20,22 +20,27 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
+	os.Exit(run())
+}
+
+// run runs the command line and returns the exit code: a command's own
+// (exec), 130 when interrupted, 1 on an error.
+func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd()
-	err := root.ExecuteContext(ctx)
+	err := newRootCmd().ExecuteContext(ctx)
 	var ee exitError
 	switch {
 	case err == nil:
+		return 0
 	case errors.As(err, &ee):
-		os.Exit(ee.code)
-	default:
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		if client.StatusCode(err) == 0 && ctx.Err() != nil {
-			os.Exit(130)
-		}
-		os.Exit(1)
+		return ee.code
 	}
+	fmt.Fprintln(os.Stderr, "Error:", err)
+	if client.StatusCode(err) == 0 && ctx.Err() != nil {
+		return 130
+	}
+	return 1
 }
 
 // globals are the flags every command shares.

@@ -224,7 +224,10 @@ func (c *cgroup) Freeze(ctx context.Context) error {
 	case <-ctx.Done():
 		// The freeze keeps trying in its goroutine; thaw so we never leave a
 		// half-frozen cgroup behind when the caller gives up.
-		go func() { <-done; _ = c.m.Freeze(occgroups.Thawed) }()
+		go func() {
+			<-done //nolint:errcheck // whatever the freeze did, thaw
+			_ = c.m.Freeze(occgroups.Thawed)
+		}()
 		return fmt.Errorf("freeze cgroup %s: %w", c.path, ctx.Err())
 	}
 }

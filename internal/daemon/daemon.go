@@ -198,16 +198,6 @@ func (d *Daemon) load() error {
 	return nil
 }
 
-// background runs fn as background work of the daemon's: Shutdown waits
-// for it (fn must return once d.ctx is done).
-func (d *Daemon) background(fn func()) {
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		fn()
-	}()
-}
-
 // takeLock makes sure only one daemon uses a root directory.
 func (d *Daemon) takeLock() error {
 	f, err := os.OpenFile(d.cfg.lockPath(), os.O_CREATE|os.O_RDWR, 0o600)

@@ -40,7 +40,7 @@ func (d *Daemon) probeHost(ctx context.Context) api.HostInfo {
 	}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
-		h.MemoryTotal = uint64(si.Totalram) * uint64(si.Unit)
+		h.MemoryTotal = uint64(si.Totalram) * uint64(si.Unit) //nolint:unconvert // uint32 fields on 32-bit
 	}
 	h.RuncVersion = firstField(runTool(ctx, d.runc(), "--version"), "runc version ")
 	h.CRIUVersion = firstField(runTool(ctx, d.criu(), "--version"), "Version: ")

@@ -247,11 +247,6 @@ func (d *Daemon) peerByFingerprint(fp string) (state.Peer, error) {
 	return state.Peer{}, errorf(ErrNotFound, "this host (%s) has no peer with fingerprint %.12s: add one with 'vessel peer add'", d.cfg.Name, fp)
 }
 
-// peerClient connects to a peer host with this host's identity.
-func (d *Daemon) peerClient(p state.Peer) *client.Client {
-	return client.NewHTTPS(p.Addresses[0], p.Fingerprint, d.identity)
-}
-
 func renderPeer(p state.Peer) api.Peer {
 	return api.Peer{Name: p.Name, Addresses: p.Addresses, Fingerprint: p.Fingerprint, Added: p.Added}
 }

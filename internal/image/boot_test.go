@@ -51,8 +51,8 @@ func bootInit(ctx context.Context, t *testing.T, rootfs string) *bootedInit {
 	b := &bootedInit{cmd: cmd, stdout: out}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // killed: its status says nothing
 		}
 	})
 	waitUntil(ctx, t, "init started", func() bool {
@@ -74,7 +74,7 @@ func (b *bootedInit) stop(t *testing.T, sig string) {
 	if err := syscall.Kill(b.pid, num); err != nil {
 		t.Fatal(err)
 	}
-	b.cmd.Wait()
+	_ = b.cmd.Wait() // the status is read from ProcessState below
 	ws, _ := b.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
 		t.Fatalf("init ended with %v, want death by SIGINT (reboot(2) in a PID namespace); output:\n%s",

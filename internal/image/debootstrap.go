@@ -60,7 +60,7 @@ type lineWriter struct {
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.tail.Write(p)
+	_, _ = l.tail.Write(p) // a bounded in-memory tail: it cannot fail
 	l.partial = append(l.partial, p...)
 	for {
 		i := bytes.IndexByte(l.partial, '\n')

@@ -247,7 +247,9 @@ func TestUnpackNeedsEmptyDir(t *testing.T) {
 func gzipped(t *testing.T, data []byte) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	zw.Write(data)
+	if _, err := zw.Write(data); err != nil {
+		t.Fatal(err)
+	}
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,9 @@ func zstded(t *testing.T, data []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zw.Write(data)
+	if _, err := zw.Write(data); err != nil {
+		t.Fatal(err)
+	}
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func unpackLayoutMember(root *os.Root, hdr *tar.Header, content io.Reader) error
 			return nil
 		}
 		return root.MkdirAll(name, 0o755)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // the reader reports old-style regular files (TypeRegA) as TypeReg
 		if d := parentDir(name); d != "" {
 			if err := root.MkdirAll(d, 0o755); err != nil {
 				return err

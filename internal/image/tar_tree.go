@@ -72,10 +72,8 @@ func (t *tarTree) add(hdr *tar.Header, content io.Reader) error {
 	if err != nil {
 		return err
 	}
+	// archive/tar reports old-style regular files (TypeRegA) as TypeReg.
 	n := tarNode{typ: hdr.Typeflag, link: hdr.Linkname}
-	if n.typ == tar.TypeRegA {
-		n.typ = tar.TypeReg
-	}
 	if n.typ == tar.TypeLink {
 		if n.link, err = cleanMemberName(hdr.Linkname); err != nil {
 			return err

@@ -62,7 +62,7 @@ func (x *xzReader) Close() error {
 	x.cancel()
 	if !x.done {
 		x.done, x.err = true, io.ErrClosedPipe
-		x.cmd.Wait()
+		_ = x.cmd.Wait() // killed by cancel: its status says nothing
 	}
 	return nil
 }

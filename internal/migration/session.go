@@ -93,8 +93,8 @@ func (s *Session) Recv(ctx context.Context, v any) error {
 		}
 		return nil
 	case <-ctx.Done():
-		s.Close()
-		<-done
+		_ = s.Close() // ends the pending Decode
+		<-done        //nolint:errcheck // the closed session's error: ctx's is the cause
 		return ctx.Err()
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/revert"
 )
 
 // Attach builds container name's network: a netns file at NetnsPath(name)

@@ -34,7 +34,7 @@ func (m *Manager) natComment() string { return "vessel:" + m.cfg.Bridge }
 func (m *Manager) natRules() []natRule {
 	br := m.cfg.Bridge
 	tag := []string{"-m", "comment", "--comment", m.natComment()}
-	spec := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	spec := slices.Concat[[]string]
 	return []natRule{
 		{rule: rule{Table: "nat", Chain: "POSTROUTING", Spec: spec(
 			[]string{"-s", m.layout.prefix.String(), "!", "-o", br}, tag, []string{"-j", "MASQUERADE"})}},

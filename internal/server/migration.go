@@ -21,12 +21,14 @@ func (s *Server) acceptMigration(w http.ResponseWriter, r *http.Request) error {
 	}
 	conn, rw, err := hj.Hijack()
 	if err != nil {
-		return nil
+		// The connection is in an unknown state: nothing more can be
+		// written to it, so there is no error to report either.
+		return nil //nolint:nilerr // see above
 	}
 	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + migration.UpgradeProtocol + "\r\n\r\n")
 	if err := rw.Flush(); err != nil {
 		conn.Close()
-		return nil
+		return nil //nolint:nilerr // hijacked: the peer has gone, nobody to tell
 	}
 	_, peer := s.core.Authenticate(peerCert(r))
 	s.core.AcceptMigration(peer, &readerConn{Conn: conn, r: rw.Reader})

@@ -8,7 +8,9 @@ import (
 
 func TestRotatingLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "console.log")
-	os.WriteFile(path, []byte("old\n"), 0o640)
+	if err := os.WriteFile(path, []byte("old\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	l, err := openLog(path, 10)
 	if err != nil {
 		t.Fatal(err)

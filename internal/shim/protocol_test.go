@@ -18,12 +18,16 @@ func TestConfigRoundTrip(t *testing.T) {
 		t.Fatalf("read back %+v %v", back, err)
 	}
 	c.Restore = nil
-	WriteConfig(dir, c)
+	if err := WriteConfig(dir, c); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ReadConfig(filepath.Join(dir, ConfigFile)); err == nil {
 		t.Error("restore without image path accepted")
 	}
 	c.Version = Version + 1
-	WriteConfig(dir, c)
+	if err := WriteConfig(dir, c); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ReadConfig(filepath.Join(dir, ConfigFile)); err == nil {
 		t.Error("newer version accepted")
 	}

@@ -11,7 +11,9 @@ func TestRuncLogErrors(t *testing.T) {
 	log := `{"level":"warning","msg":"w","time":"t"}
 {"level":"error","msg":"runc run failed: boom","time":"t"}
 `
-	os.WriteFile(path, []byte(log), 0o600)
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if got := RuncLogErrors(path); got != "runc run failed: boom" {
 		t.Errorf("RuncLogErrors = %q", got)
 	}

@@ -298,7 +298,7 @@ func fillDisk(t *testing.T, dir string) {
 	defer f.Close()
 	t.Cleanup(func() { os.Remove(filepath.Join(dir, "filler")) })
 	// Allocate all free space, then top up with writes until ENOSPC.
-	_ = unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*int64(st.Bsize))
+	_ = unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*int64(st.Bsize)) //nolint:unconvert // int32 on 32-bit
 	buf := make([]byte, 1<<20)
 	for {
 		if _, err := f.Write(buf); err != nil {
