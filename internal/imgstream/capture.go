@@ -2,7 +2,6 @@ package imgstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +31,7 @@ type Capture struct {
 	mu       sync.Mutex
 	err      error // the first Store error
 	aborted  bool
+	cause    error // why the context ended, if that aborted the capture
 	finished bool
 	captured []string
 }
@@ -48,9 +48,11 @@ type fifo struct {
 // numbers page files from 1 in the order it dumps them) and starts
 // reading each into sink as soon as CRIU opens it. n should be at least
 // the number of page files the dump will write: one per process plus one
-// per shared memory segment; more are harmless. If ctx ends, the capture
-// is aborted.
+// per shared memory segment; more are harmless. If ctx ends before
+// Finish, the capture is aborted and Finish's error wraps ErrAborted and
+// ctx's cause.
 func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, error) {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Capture{dir: dir, sink: sink, cancel: cancel}
 	for i := 1; i <= n; i++ {
@@ -66,8 +68,10 @@ func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, 
 		go c.read(ctx, ff)
 	}
 	go func() {
-		<-ctx.Done()
-		c.Abort()
+		<-ctx.Done() // parent's end, or our cancel in Finish and Abort
+		if parent.Err() != nil {
+			c.abort(context.Cause(parent))
+		}
 	}()
 	return c, nil
 }
@@ -164,7 +168,8 @@ func (r *fifoReader) Read(p []byte) (int, error) {
 
 // Finish ends a capture once CRIU has exited: FIFOs CRIU never opened are
 // closed and removed, the others read to their end and stored. It returns
-// the first Store error, and the names of the files stored.
+// the names of the files stored, or the first Store error, or (after an
+// abort) an error wrapping ErrAborted.
 func (c *Capture) Finish() ([]string, error) {
 	for _, ff := range c.fifos {
 		// A FIFO CRIU opened reports POLLHUP from the moment CRIU closed
@@ -187,24 +192,31 @@ func (c *Capture) Finish() ([]string, error) {
 	c.removeFifos()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.aborted && c.err == nil {
-		return nil, errAborted
+	switch {
+	case c.err != nil:
+		return c.captured, c.err
+	case c.aborted && c.cause != nil:
+		return nil, fmt.Errorf("%w: %w", ErrAborted, c.cause)
+	case c.aborted:
+		return nil, ErrAborted
 	}
-	return c.captured, c.err
+	return c.captured, nil
 }
-
-var errAborted = errors.New("image capture aborted")
 
 // Abort closes every FIFO: CRIU's next write to one fails (EPIPE) and the
 // dump fails. It waits for the readers and removes the FIFOs; the sink
-// removes its partial files. Safe to call more than once.
-func (c *Capture) Abort() {
+// removes its partial files. Safe to call more than once, and a no-op
+// after Finish.
+func (c *Capture) Abort() { c.abort(nil) }
+
+// abort is Abort, recording cause (the context's) for Finish.
+func (c *Capture) abort(cause error) {
 	c.mu.Lock()
 	if c.aborted || c.finished {
 		c.mu.Unlock()
 		return
 	}
-	c.aborted = true
+	c.aborted, c.cause = true, cause
 	c.mu.Unlock()
 	for _, ff := range c.fifos {
 		ff.f.Close()
