@@ -126,7 +126,7 @@ func (pc *PreparedCheckpoint) Run() error {
 	}
 	pc.c = nil
 	if err != nil {
-		return fmt.Errorf("%w %s: criu dump: %v%s", ErrCheckpoint, pc.id, err, criuLogErrors(filepath.Join(pc.work, "dump.log")))
+		return fmt.Errorf("%w %s: criu dump: %w%s", ErrCheckpoint, pc.id, err, criuLogErrors(filepath.Join(pc.work, "dump.log")))
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 	}
 	var st runcState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%w: runc state: %v", errNoDirectDump, err)
+		return nil, fmt.Errorf("%w: runc state: %w", errNoDirectDump, err)
 	}
 	cfg := st.Config
 	if st.InitProcessPid <= 0 || cfg.Rootfs == "" || st.CgroupPaths == nil {
