@@ -203,10 +203,10 @@ func (c *Capture) Finish() ([]string, error) {
 	return c.captured, nil
 }
 
-// Abort closes every FIFO: CRIU's next write to one fails (EPIPE) and the
-// dump fails. It waits for the readers and removes the FIFOs; the sink
-// removes its partial files. Safe to call more than once, and a no-op
-// after Finish.
+// Abort cancels the sink's Stores and closes every FIFO: CRIU's next
+// write to one fails (EPIPE) and the dump fails. It waits for the readers
+// and removes the FIFOs; the sink removes its partial files. Safe to call
+// more than once, and a no-op after Finish.
 func (c *Capture) Abort() { c.abort(nil) }
 
 // abort is Abort, recording cause (the context's) for Finish.
@@ -218,11 +218,13 @@ func (c *Capture) abort(cause error) {
 	}
 	c.aborted, c.cause = true, cause
 	c.mu.Unlock()
+	// The sinks' context first: a Store blocked on its destination (a
+	// stalled network) returns, and the readers can be waited for.
+	c.cancel()
 	for _, ff := range c.fifos {
 		ff.f.Close()
 	}
 	c.wg.Wait()
-	c.cancel()
 	c.removeFifos()
 }
 

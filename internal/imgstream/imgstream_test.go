@@ -244,3 +244,33 @@ func TestSyncImages(t *testing.T) {
 		t.Errorf("missing directory: %v", err)
 	}
 }
+
+// stuckSink reads nothing and returns only when its context ends, as a
+// sink stalled on a network does.
+type stuckSink struct{ called chan struct{} }
+
+func (s stuckSink) Store(ctx context.Context, name string, r io.Reader) error {
+	close(s.called)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestCaptureAbortStuckSink(t *testing.T) {
+	dir := t.TempDir()
+	sink := stuckSink{called: make(chan struct{})}
+	c, err := StartCapture(t.Context(), dir, 1, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- criuLike(filepath.Join(dir, "pages-1.img"), make([]byte, 64<<20)) }()
+	<-sink.called
+	c.Abort() // must not wait for the stuck Store forever
+	if err := <-werr; !errors.Is(err, unix.EPIPE) {
+		t.Errorf("writer: %v, want EPIPE", err)
+	}
+	if _, err := c.Finish(); !errors.Is(err, ErrAborted) {
+		t.Errorf("Finish: %v, want ErrAborted", err)
+	}
+	noLeftovers(t, dir)
+}
