@@ -26,6 +26,7 @@ type Capture struct {
 	sink   Sink
 	fifos  []*fifo
 	wg     sync.WaitGroup
+	parent context.Context // StartCapture's
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -52,9 +53,8 @@ type fifo struct {
 // Finish, the capture is aborted and Finish's error wraps ErrAborted and
 // ctx's cause.
 func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, error) {
-	parent := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	c := &Capture{dir: dir, sink: sink, cancel: cancel}
+	c := &Capture{dir: dir, sink: sink, parent: ctx}
+	ctx, c.cancel = context.WithCancel(ctx)
 	for i := 1; i <= n; i++ {
 		ff, err := makeFifo(dir, fmt.Sprintf("pages-%d.img", i))
 		if err != nil {
@@ -69,8 +69,8 @@ func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, 
 	}
 	go func() {
 		<-ctx.Done() // parent's end, or our cancel in Finish and Abort
-		if parent.Err() != nil {
-			c.abort(context.Cause(parent))
+		if c.parent.Err() != nil {
+			c.Abort()
 		}
 	}()
 	return c, nil
@@ -109,7 +109,9 @@ func (c *Capture) read(ctx context.Context, ff *fifo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		if c.err == nil && !c.aborted {
+		// After an abort, or once the context has ended, a failed Store
+		// is the abort's consequence, not its cause.
+		if c.err == nil && !c.aborted && ctx.Err() == nil {
 			c.err = err
 		}
 		go c.Abort()
@@ -207,16 +209,16 @@ func (c *Capture) Finish() ([]string, error) {
 // write to one fails (EPIPE) and the dump fails. It waits for the readers
 // and removes the FIFOs; the sink removes its partial files. Safe to call
 // more than once, and a no-op after Finish.
-func (c *Capture) Abort() { c.abort(nil) }
-
-// abort is Abort, recording cause (the context's) for Finish.
-func (c *Capture) abort(cause error) {
+func (c *Capture) Abort() {
 	c.mu.Lock()
 	if c.aborted || c.finished {
 		c.mu.Unlock()
 		return
 	}
-	c.aborted, c.cause = true, cause
+	c.aborted = true
+	if c.parent.Err() != nil {
+		c.cause = context.Cause(c.parent) // for Finish's error
+	}
 	c.mu.Unlock()
 	// The sinks' context first: a Store blocked on its destination (a
 	// stalled network) returns, and the readers can be waited for.
