@@ -9,40 +9,71 @@ import (
 	"slices"
 	"strings"
 
+	criu "github.com/checkpoint-restore/go-criu/v7"
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	gorunc "github.com/containerd/go-runc"
+	"google.golang.org/protobuf/proto"
 )
 
-// CheckpointOptions configure a checkpoint.
-type CheckpointOptions struct {
-	// ImagePath receives the checkpoint images (created if missing).
-	ImagePath string
-	// WorkPath receives CRIU's dump.log (default: ImagePath).
-	WorkPath string
-	// LeaveRunning keeps the container running after the dump; otherwise
-	// it is killed and runc forgets it (its shim records the exit).
-	LeaveRunning bool
-	// TCPEstablished dumps established TCP connections.
-	TCPEstablished bool
-	// LazyPages leaves memory pages to be served on demand, from
-	// PageServer (addr:port) if set.
-	LazyPages  bool
-	PageServer string
-	// StatusFile, with LazyPages, gets a '\0' from CRIU when the lazy-pages
-	// server is ready.
-	StatusFile *os.File
+// criuService is a `criu swrk` process started ahead of its one request,
+// with the directories the request names open for it (CRIU opens them as
+// /proc/<our pid>/fd/N).
+type criuService struct {
+	c            *criu.Criu
+	images, work *os.File
 }
 
-// Checkpoint dumps the running container with CRIU: directly (see
-// PrepareCheckpoint), or through `runc checkpoint` when runc's state is not
-// one a direct dump understands. On failure the error carries the error
-// lines of CRIU's log.
-func (r *Runtime) Checkpoint(ctx context.Context, id string, o CheckpointOptions) error {
-	pc, err := r.PrepareCheckpoint(id, o)
-	if err != nil {
-		return err
+// startCriuService starts CRIU's RPC service for a dump into images, with
+// its log in work.
+func startCriuService(path, images, work string) (*criuService, error) {
+	s := &criuService{}
+	var err error
+	if s.images, err = os.Open(images); err == nil {
+		s.work, err = os.Open(work)
 	}
-	defer pc.Close()
-	return pc.Run()
+	if err == nil {
+		c := criu.MakeCriu()
+		c.SetCriuPath(path)
+		if err = c.Prepare(); err != nil {
+			err = fmt.Errorf("start criu: %w", err)
+		} else {
+			s.c = c
+		}
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dump sends the dump request and returns CRIU's answer, once the service
+// has exited.
+func (s *criuService) dump(opts *rpc.CriuOpts) error {
+	opts.ImagesDirFd = proto.Int32(int32(s.images.Fd()))
+	opts.WorkDirFd = proto.Int32(int32(s.work.Fd()))
+	err := s.c.Dump(opts, nil)
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// close ends the service (a CRIU waiting for its request exits when its
+// socket closes), waits for it, and closes the directories. Idempotent.
+func (s *criuService) close() error {
+	var err error
+	if s.c != nil {
+		err = s.c.Cleanup()
+		s.c = nil
+	}
+	for _, f := range []**os.File{&s.images, &s.work} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+	return err
 }
 
 // checkCheckpoint validates a checkpoint's options and creates its
@@ -68,16 +99,17 @@ func (r *Runtime) checkCheckpoint(id string, o *CheckpointOptions) error {
 	return nil
 }
 
-// runcCheckpoint dumps with `runc checkpoint` (options already checked).
-// It runs without a context: killing runc would orphan its CRIU.
-func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
+// runcCheckpoint dumps with `runc checkpoint` (options already checked;
+// lazy is nil for a dump of everything). It runs without a context:
+// killing runc would orphan its CRIU.
+func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions, lazy *lazyOpts) error {
 	opts := &gorunc.CheckpointOpts{
-		ImagePath:      o.ImagePath,
-		WorkDir:        o.WorkPath,
-		AllowOpenTCP:   o.TCPEstablished,
-		LazyPages:      o.LazyPages,
-		CriuPageServer: o.PageServer,
-		StatusFile:     o.StatusFile,
+		ImagePath:    o.ImagePath,
+		WorkDir:      o.WorkPath,
+		AllowOpenTCP: o.TCPEstablished,
+	}
+	if lazy != nil {
+		opts.LazyPages, opts.CriuPageServer, opts.StatusFile = true, lazy.pageServer, lazy.status
 	}
 	var actions []gorunc.CheckpointAction
 	if o.LeaveRunning {
