@@ -2,7 +2,6 @@ package imgstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,11 +26,13 @@ type Capture struct {
 	sink   Sink
 	fifos  []*fifo
 	wg     sync.WaitGroup
+	parent context.Context // StartCapture's
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	err      error // the first Store error
 	aborted  bool
+	cause    error // why the context ended, if that aborted the capture
 	finished bool
 	captured []string
 }
@@ -48,11 +49,12 @@ type fifo struct {
 // numbers page files from 1 in the order it dumps them) and starts
 // reading each into sink as soon as CRIU opens it. n should be at least
 // the number of page files the dump will write: one per process plus one
-// per shared memory segment; more are harmless. If ctx ends, the capture
-// is aborted.
+// per shared memory segment; more are harmless. If ctx ends before
+// Finish, the capture is aborted and Finish's error wraps ErrAborted and
+// ctx's cause.
 func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	c := &Capture{dir: dir, sink: sink, cancel: cancel}
+	c := &Capture{dir: dir, sink: sink, parent: ctx}
+	ctx, c.cancel = context.WithCancel(ctx)
 	for i := 1; i <= n; i++ {
 		ff, err := makeFifo(dir, fmt.Sprintf("pages-%d.img", i))
 		if err != nil {
@@ -66,8 +68,10 @@ func StartCapture(ctx context.Context, dir string, n int, sink Sink) (*Capture, 
 		go c.read(ctx, ff)
 	}
 	go func() {
-		<-ctx.Done()
-		c.Abort()
+		<-ctx.Done() // parent's end, or our cancel in Finish and Abort
+		if c.parent.Err() != nil {
+			c.Abort()
+		}
 	}()
 	return c, nil
 }
@@ -105,7 +109,9 @@ func (c *Capture) read(ctx context.Context, ff *fifo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		if c.err == nil && !c.aborted {
+		// After an abort, or once the context has ended, a failed Store
+		// is the abort's consequence, not its cause.
+		if c.err == nil && !c.aborted && ctx.Err() == nil {
 			c.err = err
 		}
 		go c.Abort()
@@ -164,7 +170,8 @@ func (r *fifoReader) Read(p []byte) (int, error) {
 
 // Finish ends a capture once CRIU has exited: FIFOs CRIU never opened are
 // closed and removed, the others read to their end and stored. It returns
-// the first Store error, and the names of the files stored.
+// the names of the files stored, or the first Store error, or (after an
+// abort) an error wrapping ErrAborted.
 func (c *Capture) Finish() ([]string, error) {
 	for _, ff := range c.fifos {
 		// A FIFO CRIU opened reports POLLHUP from the moment CRIU closed
@@ -187,17 +194,21 @@ func (c *Capture) Finish() ([]string, error) {
 	c.removeFifos()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.aborted && c.err == nil {
-		return nil, errAborted
+	switch {
+	case c.err != nil:
+		return c.captured, c.err
+	case c.aborted && c.cause != nil:
+		return nil, fmt.Errorf("%w: %w", ErrAborted, c.cause)
+	case c.aborted:
+		return nil, ErrAborted
 	}
-	return c.captured, c.err
+	return c.captured, nil
 }
 
-var errAborted = errors.New("image capture aborted")
-
-// Abort closes every FIFO: CRIU's next write to one fails (EPIPE) and the
-// dump fails. It waits for the readers and removes the FIFOs; the sink
-// removes its partial files. Safe to call more than once.
+// Abort cancels the sink's Stores and closes every FIFO: CRIU's next
+// write to one fails (EPIPE) and the dump fails. It waits for the readers
+// and removes the FIFOs; the sink removes its partial files. Safe to call
+// more than once, and a no-op after Finish.
 func (c *Capture) Abort() {
 	c.mu.Lock()
 	if c.aborted || c.finished {
@@ -205,12 +216,17 @@ func (c *Capture) Abort() {
 		return
 	}
 	c.aborted = true
+	if c.parent.Err() != nil {
+		c.cause = context.Cause(c.parent) // for Finish's error
+	}
 	c.mu.Unlock()
+	// The sinks' context first: a Store blocked on its destination (a
+	// stalled network) returns, and the readers can be waited for.
+	c.cancel()
 	for _, ff := range c.fifos {
 		ff.f.Close()
 	}
 	c.wg.Wait()
-	c.cancel()
 	c.removeFifos()
 }
 

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Defaults of DirSink and DirSource.
+// Defaults of DirSink.
 const (
 	// DefaultBlockSize is the size of one write: large enough that the
 	// device sees long sequential requests, small enough to keep several
@@ -21,9 +21,6 @@ const (
 	DefaultBlockSize = 1 << 20
 	// DefaultDepth is how many writes are in flight at once.
 	DefaultDepth = 4
-	// DefaultReadAhead is the size of one read of DirSource: one request
-	// of ~10 MiB in flight, the next issued as soon as it completes.
-	DefaultReadAhead = 10 << 20
 	// alignment is what O_DIRECT needs of buffers, offsets and lengths
 	// on every filesystem vessel uses (the logical block size is at most
 	// the page size).

@@ -1,6 +1,6 @@
-// Package imgstream moves checkpoint image files (CRIU's *.img) between
-// CRIU and wherever they are kept, with vessel, not CRIU, doing the I/O of
-// the bulk of the data: the memory pages.
+// Package imgstream moves checkpoint image files (CRIU's *.img) from CRIU
+// to wherever they are kept, with vessel, not CRIU, doing the I/O of the
+// bulk of the data: the memory pages.
 //
 // Vocabulary:
 //
@@ -8,24 +8,28 @@
 //     like "pages-1.img" or "core-1.img". Page files ("pages-N.img") hold
 //     the memory contents and are nearly all of the bytes; the others are
 //     small.
-//   - Sink: where a dump's image files go. A Sink receives each file as a
+//   - Images directory: the directory a dump writes its image files to.
+//     SyncImages makes one durable once the dump is over.
+//   - Sink: where a dump's page files go. A Sink receives each file as a
 //     stream (Store) and reports success only once the file is durable.
 //     DirSink writes into a directory with large aligned O_DIRECT writes,
 //     several in flight; a network sink (live migration) can send them to
 //     another host instead.
-//   - Source: where a restore's image files come from (Open). DirSource
-//     reads a directory sequentially with a large read-ahead buffer.
-//   - Capture: the way vessel takes CRIU's page files while runc runs the
-//     dump. runc drives CRIU over its RPC interface, where CRIU's own image
-//     streaming ("stream" option) is not available (CRIU opens the images
-//     directory with no dump/restore mode there and cannot pick a streamer
-//     socket). So Capture puts a named pipe (FIFO) in the images directory
-//     under each page file's name before the dump. CRIU opens it like a
-//     file (O_WRONLY|O_CREAT|O_TRUNC does not replace a FIFO) and splices
-//     the pages into it; Capture reads each FIFO and hands the stream to
-//     the Sink. Files CRIU writes beyond the FIFOs prepared are ordinary
-//     files; FIFOs CRIU never opened are removed.
+//   - Capture: the way vessel takes CRIU's page files while CRIU runs the
+//     dump. The dump is driven over CRIU's RPC interface (see the runtime
+//     package's Checkpoint session), where CRIU's own image streaming
+//     ("stream" option) is not available (CRIU opens the images directory
+//     with no dump/restore mode there and cannot pick a streamer socket).
+//     So Capture puts a named pipe (FIFO) in the images directory under
+//     each page file's name before the dump. CRIU opens it like a file
+//     (O_WRONLY|O_CREAT|O_TRUNC does not replace a FIFO) and splices the
+//     pages into it; Capture reads each FIFO and hands the stream to the
+//     Sink. Files CRIU writes beyond the FIFOs prepared are ordinary files;
+//     FIFOs CRIU never opened are removed.
 //
-// Nothing here depends on the daemon: the package is the I/O path, given a
-// directory, a Sink or a Source.
+// Restores are not streamed: CRIU reads its images directory itself, which
+// measured faster than any read-ahead of ours in front of it.
+//
+// Nothing here depends on the daemon or on runc: the package is the I/O
+// path, given a directory and a Sink.
 package imgstream

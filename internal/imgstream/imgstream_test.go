@@ -98,37 +98,6 @@ func TestDirSinkFailureLeavesNothing(t *testing.T) {
 	}
 }
 
-func TestDirSourceReadAhead(t *testing.T) {
-	dir := t.TempDir()
-	data := randBytes(t, 3<<20+11)
-	if err := os.WriteFile(filepath.Join(dir, "pages-1.img"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	src := &DirSource{Dir: dir, ReadAhead: 1 << 20}
-	r, ok, err := src.Open(t.Context(), "pages-1.img")
-	if err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, r); err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
-	if !bytes.Equal(buf.Bytes(), data) {
-		t.Fatalf("read %d bytes, differ", buf.Len())
-	}
-	// Small reads through Read, and an early Close.
-	r, _, _ = src.Open(t.Context(), "pages-1.img")
-	small := make([]byte, 1000)
-	if _, err := io.ReadFull(r, small); err != nil || !bytes.Equal(small, data[:1000]) {
-		t.Fatalf("small read: %v", err)
-	}
-	r.Close()
-	if _, ok, err := src.Open(t.Context(), "pages-9.img"); ok || err != nil {
-		t.Errorf("missing file: %v %v", ok, err)
-	}
-}
-
 // criuLike opens path as CRIU does (O_WRONLY|O_CREAT|O_TRUNC) and writes
 // data to it.
 func criuLike(path string, data []byte) error {
@@ -231,11 +200,77 @@ func TestCaptureAbort(t *testing.T) {
 	if !errors.Is(werr, unix.EPIPE) {
 		t.Errorf("writer after abort: %v", werr)
 	}
-	if _, err := c.Finish(); err == nil {
-		t.Error("Finish after abort succeeded")
+	if _, err := c.Finish(); !errors.Is(err, ErrAborted) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Finish after a cancel: %v, want ErrAborted and context.Canceled", err)
 	}
 	f.Close()
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("left after abort: %v", ents)
 	}
+}
+
+func TestCaptureAbortBeforeUse(t *testing.T) {
+	dir := t.TempDir()
+	c, err := StartCapture(t.Context(), dir, 4, &DirSink{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Abort()
+	c.Abort()
+	if _, err := c.Finish(); !errors.Is(err, ErrAborted) || errors.Is(err, context.Canceled) {
+		t.Errorf("Finish after Abort: %v, want ErrAborted alone", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left after abort: %v", ents)
+	}
+}
+
+func TestSyncImages(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]int{"pages-1.img": 8192, "pages-2.img": 100, "core-1.img": 7, "pstree.img": 0}
+	for name, n := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), randBytes(t, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("core-1.img", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	total, pages, err := SyncImages(dir, []string{"pages-1.img"})
+	if err != nil || total != 8192+100+7 || pages != 8192+100 {
+		t.Errorf("SyncImages = %d, %d, %v; want %d, %d", total, pages, err, 8192+100+7, 8192+100)
+	}
+	if _, _, err := SyncImages(filepath.Join(dir, "missing"), nil); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing directory: %v", err)
+	}
+}
+
+// stuckSink reads nothing and returns only when its context ends, as a
+// sink stalled on a network does.
+type stuckSink struct{ called chan struct{} }
+
+func (s stuckSink) Store(ctx context.Context, name string, r io.Reader) error {
+	close(s.called)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestCaptureAbortStuckSink(t *testing.T) {
+	dir := t.TempDir()
+	sink := stuckSink{called: make(chan struct{})}
+	c, err := StartCapture(t.Context(), dir, 1, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- criuLike(filepath.Join(dir, "pages-1.img"), make([]byte, 64<<20)) }()
+	<-sink.called
+	c.Abort() // must not wait for the stuck Store forever
+	if err := <-werr; !errors.Is(err, unix.EPIPE) {
+		t.Errorf("writer: %v, want EPIPE", err)
+	}
+	if _, err := c.Finish(); !errors.Is(err, ErrAborted) {
+		t.Errorf("Finish: %v, want ErrAborted", err)
+	}
+	noLeftovers(t, dir)
 }

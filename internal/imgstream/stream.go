@@ -12,22 +12,19 @@ type Sink interface {
 	// Store consumes r to its end as the content of the image file name
 	// (a base name such as "pages-1.img") and returns once the file's
 	// content is durably stored (a sink may leave making a batch of names
-	// durable to a final step of its own, as DirSink.SyncDir). On error (or when ctx ends) nothing of name may be
-	// left visible. Store may be called for several files at once.
+	// durable to a final step of its own, as DirSink.SyncDir). On error
+	// (or when ctx ends) nothing of name may be left visible. Store may
+	// be called for several files at once.
 	Store(ctx context.Context, name string, r io.Reader) error
-}
-
-// Source serves image files.
-type Source interface {
-	// Open returns the content of the image file name. The bool is false
-	// (with a nil error) when there is no such file.
-	Open(ctx context.Context, name string) (io.ReadCloser, bool, error)
 }
 
 // Errors.
 var (
 	// ErrBadName says an image file name is not a plain base name.
 	ErrBadName = errors.New("invalid image file name")
+	// ErrAborted says a capture was aborted (Capture.Abort, or its
+	// context ended: then the error wraps the context's cause too).
+	ErrAborted = errors.New("image capture aborted")
 )
 
 // checkName refuses names that are not a single path element.

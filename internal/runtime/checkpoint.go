@@ -1,15 +1,19 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	gorunc "github.com/containerd/go-runc"
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+
+	"github.com/vesselhost/vessel/internal/imgstream"
 )
 
 // CheckpointOptions configure a checkpoint.
@@ -23,118 +27,351 @@ type CheckpointOptions struct {
 	LeaveRunning bool
 	// TCPEstablished dumps established TCP connections.
 	TCPEstablished bool
-	// LazyPages leaves memory pages to be served on demand, from
-	// PageServer (addr:port) if set.
+
+	// Pages, if set, receives the memory page files as CRIU writes them:
+	// imgstream.Capture FIFOs stand in the images directory under the page
+	// files' names, and Run returns once the sink has stored every page
+	// file CRIU wrote. PageFiles is how many FIFOs (0: one per process in
+	// the container's cgroup, plus DefaultSparePageFiles); page files
+	// beyond them are written by CRIU itself, as are all of them without
+	// Pages. Ignored with Lazy.
+	Pages     imgstream.Sink
+	PageFiles int
+	// Lazy leaves the memory to a page server CRIU starts after the dump,
+	// on a free loopback port (post-copy): Run returns once the other
+	// images are written and the page server listens (PageServer), Wait
+	// once the page server has ended.
+	Lazy bool
+
+	// Deprecated: the old lazy dump of PrepareCheckpoint; NewCheckpoint
+	// refuses them (use Lazy). Removed once the daemon uses Checkpoint
+	// sessions.
 	LazyPages  bool
 	PageServer string
-	// StatusFile, with LazyPages, gets a '\0' from CRIU when the lazy-pages
-	// server is ready.
 	StatusFile *os.File
 }
 
-// Checkpoint dumps the running container with CRIU: directly (see
-// PrepareCheckpoint), or through `runc checkpoint` when runc's state is not
-// one a direct dump understands. On failure the error carries the error
-// lines of CRIU's log.
+// DefaultSparePageFiles is how many page-file FIFOs a capture prepares
+// beyond one per process: shared memory segments get page files of their
+// own.
+const DefaultSparePageFiles = 32
+
+// releaseTimeout bounds the wait for CRIU to let go of the tasks after an
+// abort.
+const releaseTimeout = 30 * time.Second
+
+// Checkpoint is one CRIU dump of a running container: a checkpoint
+// session. NewCheckpoint does everything that can happen while the
+// container still runs (CRIU's service started, its dump request built
+// from runc's state file, the page FIFOs in place, the page server's port
+// chosen); Run is the part for the frozen window. Freeze the container's
+// cgroup between the two, or not: CRIU freezes it itself otherwise, and
+// puts a cgroup it found frozen back to frozen.
+//
+// States and the calls they allow:
+//
+//   - prepared (NewCheckpoint): Run, Close, Abort.
+//   - running (in Run): Written, Abort, Wait.
+//   - serving (Lazy, Run returned): PageServer, Wait, Abort.
+//   - done (the dump ended): Pages, Written, Wait; Abort and Close do
+//     nothing.
+//   - closed (Close or Abort before Run): nothing; Run and Wait fail.
+type Checkpoint struct {
+	id   string
+	ctx  context.Context
+	opts CheckpointOptions // with defaults filled in
+
+	svc     *criuService       // a direct dump's CRIU, or nil
+	req     *rpc.CriuOpts      // a direct dump's request
+	runc    func() error       // the `runc checkpoint` fallback, or nil
+	capture *imgstream.Capture // Pages: the page files' FIFOs
+	lazy    *lazyDump          // Lazy: page server and status pipe
+	written atomic.Int64       // bytes handed to Pages
+
+	mu       sync.Mutex
+	state    checkpointState
+	returned chan struct{} // closed when Run returns
+	done     chan struct{} // closed when the dump has ended
+	err      error         // the dump's result, once done
+	pages    []string      // the page files Pages stored, once done
+}
+
+// checkpointState is where a Checkpoint is in its life (see Checkpoint).
+type checkpointState int
+
+const (
+	checkpointPrepared checkpointState = iota
+	checkpointRunning
+	checkpointServing
+	checkpointDone
+	checkpointClosed
+)
+
+// NewCheckpoint prepares a checkpoint session of the running container id
+// (see Checkpoint). Nothing is dumped yet; the caller Runs it, or Closes
+// it.
+//
+// ctx is the session's: cancelling it aborts a page capture (CRIU's next
+// write to a FIFO fails and CRIU lets go of the tasks; Run returns an
+// error wrapping context.Canceled). CRIU itself is never killed, as it
+// would leave the tasks seized: without Pages nothing interrupts a dump
+// under way, and a lazy dump's page server ends only by Abort or by its
+// client (the restored container may depend on it).
+//
+// When runc's state is not one a direct dump understands, or without
+// LeaveRunning, Run runs `runc checkpoint` instead.
+func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOptions) (_ *Checkpoint, err error) {
+	if o.LazyPages || o.PageServer != "" || o.StatusFile != nil {
+		return nil, fmt.Errorf("%w: LazyPages, PageServer and StatusFile are PrepareCheckpoint's; a session takes Lazy", ErrInvalid)
+	}
+	if o.PageFiles < 0 {
+		return nil, fmt.Errorf("%w: %d page files", ErrInvalid, o.PageFiles)
+	}
+	if err := r.checkCheckpoint(id, &o); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrCheckpoint, id, err)
+	}
+	c := &Checkpoint{id: id, ctx: ctx, opts: o, returned: make(chan struct{}), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.release()
+			err = fmt.Errorf("%w %s: %w", ErrCheckpoint, id, err)
+		}
+	}()
+	if o.Lazy {
+		if c.lazy, err = newLazyDump(); err != nil {
+			return nil, err
+		}
+	}
+	// A state that is not runc 1.1's (st == nil) or a dump only runc can
+	// do is errNoDirectDump: runc checkpoint.
+	st, direct := r.readRuncState(id)
+	if direct == nil {
+		c.req, direct = dumpRequest(st, o, c.lazy.opts())
+	}
+	switch {
+	case errors.Is(direct, errNoDirectDump):
+		r.cfg.Log.Debug("runc checkpoint instead of a direct dump", "id", id, "err", direct)
+		c.req, c.runc = nil, func() error { return r.runcCheckpoint(id, o, c.lazy.opts()) }
+	case direct != nil:
+		return nil, direct
+	default:
+		if c.svc, err = startCriuService(r.cfg.Criu, o.ImagePath, o.WorkPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.Pages != nil && !o.Lazy {
+		if err := c.startCapture(r, st); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Checkpoint dumps the running container in one call: NewCheckpoint, Run
+// and, with Lazy, Wait (so it returns once the page server has ended).
 func (r *Runtime) Checkpoint(ctx context.Context, id string, o CheckpointOptions) error {
-	pc, err := r.PrepareCheckpoint(id, o)
+	c, err := r.NewCheckpoint(ctx, id, o)
 	if err != nil {
 		return err
 	}
-	defer pc.Close()
-	return pc.Run()
+	if err := c.Run(); err != nil {
+		return err
+	}
+	return c.Wait()
 }
 
-// checkCheckpoint validates a checkpoint's options and creates its
-// directories (the work path defaults to the image path).
-func (r *Runtime) checkCheckpoint(id string, o *CheckpointOptions) error {
-	if !validID(id) {
-		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
+// Run dumps the container. Without Lazy it returns once CRIU has exited
+// and, with Pages, every page file CRIU wrote is stored; a sink's failure
+// is then the error reported (CRIU's broken pipe is only its consequence),
+// and a cancelled ctx an error wrapping ctx.Err(). With Lazy it returns
+// once the page server is ready, or with CRIU's error and log if the dump
+// ended first. On failure the error carries the error lines of CRIU's log.
+// Run can run once.
+func (c *Checkpoint) Run() error {
+	c.mu.Lock()
+	switch c.state {
+	case checkpointPrepared:
+		c.state = checkpointRunning
+	case checkpointClosed:
+		c.mu.Unlock()
+		return fmt.Errorf("%w %s: run after close", ErrCheckpoint, c.id)
+	default:
+		c.mu.Unlock()
+		return fmt.Errorf("%w %s: already run", ErrCheckpoint, c.id)
 	}
-	if r.cfg.Criu == "" {
-		return fmt.Errorf("checkpoint %s: %w", id, ErrNoCRIU)
+	c.mu.Unlock()
+	defer close(c.returned)
+	if err := c.ctx.Err(); err != nil {
+		c.release()
+		err = fmt.Errorf("%w %s: %w", ErrCheckpoint, c.id, err)
+		c.end(err, nil)
+		return err
 	}
-	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
-		return fmt.Errorf("%w: checkpoint needs absolute image and work paths", ErrInvalid)
+	if c.lazy != nil {
+		return c.runLazy()
 	}
-	if o.WorkPath == "" {
-		o.WorkPath = o.ImagePath
+	err := c.dump()
+	var pages []string
+	var cerr error
+	if c.capture != nil {
+		pages, cerr = c.capture.Finish()
 	}
-	for _, d := range []string{o.ImagePath, o.WorkPath} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", id, err)
-		}
+	if err = c.copyResult(err, cerr); err != nil {
+		pages = nil
+	}
+	c.end(err, pages)
+	return err
+}
+
+// copyResult is the outcome of a dump whose CRIU (or runc) returned err
+// and whose capture returned cerr: the cause, not its consequences.
+func (c *Checkpoint) copyResult(err, cerr error) error {
+	switch {
+	case err == nil && cerr == nil:
+		return nil
+	case c.ctx.Err() != nil:
+		// Cancelled: the capture was aborted, and CRIU's broken pipe
+		// followed.
+		return fmt.Errorf("%w %s: %w", ErrCheckpoint, c.id, c.ctx.Err())
+	case errors.Is(cerr, imgstream.ErrAborted):
+		// Abort, likewise.
+		return fmt.Errorf("%w %s: %w", ErrCheckpoint, c.id, cerr)
+	case cerr != nil:
+		// The sink failed (a full disk, a lost connection) and aborted
+		// the capture.
+		return fmt.Errorf("%w %s: store the memory pages: %w", ErrCheckpoint, c.id, cerr)
+	}
+	return err
+}
+
+// dump runs CRIU (or runc), synchronously.
+func (c *Checkpoint) dump() error {
+	if c.runc != nil {
+		return c.runc()
+	}
+	if err := c.svc.dump(c.req); err != nil {
+		return fmt.Errorf("%w %s: criu dump: %w%s", ErrCheckpoint, c.id, err,
+			criuLogErrors(filepath.Join(c.opts.WorkPath, "dump.log")))
 	}
 	return nil
 }
 
-// runcCheckpoint dumps with `runc checkpoint` (options already checked).
-// It runs without a context: killing runc would orphan its CRIU.
-func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
-	opts := &gorunc.CheckpointOpts{
-		ImagePath:      o.ImagePath,
-		WorkDir:        o.WorkPath,
-		AllowOpenTCP:   o.TCPEstablished,
-		LazyPages:      o.LazyPages,
-		CriuPageServer: o.PageServer,
-		StatusFile:     o.StatusFile,
-	}
-	var actions []gorunc.CheckpointAction
-	if o.LeaveRunning {
-		actions = append(actions, gorunc.LeaveRunning)
-	}
-	if err := r.criuRunc().Checkpoint(context.Background(), id, opts, actions...); err != nil {
-		err = runcError("checkpoint", id, err, ErrCheckpoint)
-		return fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(o.WorkPath, "dump.log")))
-	}
-	return nil
+// end records the dump's result.
+func (c *Checkpoint) end(err error, pages []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state, c.err, c.pages = checkpointDone, err, pages
+	close(c.done)
 }
 
-// criuRunc is our runc client with --criu: go-runc no longer passes its
-// Criu field, but runc 1.1 still takes the global flag.
-func (r *Runtime) criuRunc() *gorunc.Runc {
-	rc := *r.runc
-	rc.ExtraArgs = append([]string{"--criu", r.cfg.Criu}, rc.ExtraArgs...)
-	return &rc
+// Wait returns the dump's result: with Lazy once the page server has
+// ended (its client fetched every page, or Abort hung up), otherwise at
+// once, Run's result. It fails for a checkpoint that was never run.
+func (c *Checkpoint) Wait() error {
+	c.mu.Lock()
+	st := c.state
+	c.mu.Unlock()
+	if st == checkpointPrepared || st == checkpointClosed {
+		return fmt.Errorf("%w %s: wait for a checkpoint that was not run", ErrCheckpoint, c.id)
+	}
+	<-c.done
+	return c.err
 }
 
-// criuTailLines is how many last lines of a CRIU log an error quotes.
-const criuTailLines = 5
+// PageServer returns the address ("127.0.0.1:PORT") of a lazy dump's page
+// server, chosen by NewCheckpoint; "" without Lazy.
+func (c *Checkpoint) PageServer() string {
+	if c.lazy == nil {
+		return ""
+	}
+	return c.lazy.addr
+}
 
-// criuLogErrors returns the error lines of a CRIU log and its last lines,
-// formatted to be appended to an error message, or "" without a log.
-//
-// Not every "Error" line is fatal: without CAP_SYS_RESOURCE every run logs
-// "Error (criu/util.c:...): rlimit: Can't setup RLIMIT_NOFILE for self" and
-// carries on. And not every fatal condition says "Error" (a missing
-// pstree.img only logs "No pstree.img image" before CRIU gives up), so the
-// last lines are quoted too.
-func criuLogErrors(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
+// Pages returns the names of the page files the Pages sink stored, once
+// the dump has ended successfully ("pages-1.img", ...; CRIU wrote any
+// others itself into the images directory). A DirSink made them durable
+// already: they are what imgstream.SyncImages may skip.
+func (c *Checkpoint) Pages() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.pages)
+}
+
+// Written returns how many bytes have been handed to the Pages sink so
+// far: the progress of a dump, safe to call while Run runs.
+func (c *Checkpoint) Written() int64 { return c.written.Load() }
+
+// Abort ends a dump nobody will finish, in any state: before Run it is
+// Close; during a page capture the capture is aborted (CRIU's next write
+// fails); a lazy dump's page server is connected to and hung up on, as by
+// a client that has every page, so that CRIU lets go of the tasks. It
+// waits up to 30 s for the dump to end (Run and Wait then return). A
+// container frozen before Run stays frozen. Idempotent.
+func (c *Checkpoint) Abort() {
+	if c.closePrepared() {
+		return
 	}
-	defer f.Close()
-	var lines []string
-	var tail []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		if strings.Contains(l, "Error") {
-			lines = append(lines, l)
+	c.mu.Lock()
+	st := c.state
+	c.mu.Unlock()
+	if st == checkpointDone || st == checkpointClosed {
+		return
+	}
+	deadline := time.NewTimer(releaseTimeout)
+	defer deadline.Stop()
+	if c.capture != nil {
+		c.capture.Abort()
+	}
+	if c.lazy != nil {
+		select {
+		case <-c.returned: // the page server listens, or the dump is over
+		case <-deadline.C:
+			return
 		}
-		if tail = append(tail, l); len(tail) > criuTailLines {
-			tail = tail[1:]
+		c.mu.Lock()
+		serving := c.state == checkpointServing
+		c.mu.Unlock()
+		if serving {
+			c.lazy.hangUp()
 		}
 	}
-	for _, l := range tail {
-		if !slices.Contains(lines, l) {
-			lines = append(lines, l)
-		}
+	select {
+	case <-c.done:
+	case <-deadline.C:
 	}
-	if len(lines) == 0 {
-		return ""
+}
+
+// Close releases a checkpoint that was never run: it stops the CRIU
+// service, closes its descriptors and the status pipe, and removes the
+// FIFOs. It does nothing after Run. Idempotent.
+func (c *Checkpoint) Close() { c.closePrepared() }
+
+// closePrepared closes a checkpoint still prepared, and tells whether it
+// did.
+func (c *Checkpoint) closePrepared() bool {
+	c.mu.Lock()
+	if c.state != checkpointPrepared {
+		c.mu.Unlock()
+		return false
 	}
-	return fmt.Sprintf("\ncriu log %s (errors, then its end):\n%s", path, strings.Join(lines, "\n"))
+	c.state = checkpointClosed
+	c.mu.Unlock()
+	c.release()
+	return true
+}
+
+// release frees what NewCheckpoint set up for a dump that will not run.
+func (c *Checkpoint) release() {
+	if c.svc != nil {
+		_ = c.svc.close()
+	}
+	if c.capture != nil {
+		c.capture.Abort()
+	}
+	if c.lazy != nil {
+		c.lazy.close()
+	}
 }

@@ -21,4 +21,7 @@ var (
 	ErrCheckpoint = errors.New("checkpoint container")
 	// ErrNoCRIU says no CRIU binary is configured or found.
 	ErrNoCRIU = errors.New("criu not available")
+	// ErrNotDumpable says a container's processes are in a state CRIU
+	// could dump but not restore (see CheckDumpable).
+	ErrNotDumpable = errors.New("container cannot be checkpointed")
 )

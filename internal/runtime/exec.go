@@ -236,7 +236,7 @@ func (e *execRun) exitCode(err error) (int, error) {
 	}
 	var exit *gorunc.ExitError
 	if !errors.As(err, &exit) {
-		return -1, fmt.Errorf("%w: %v", ErrRunc, err)
+		return -1, fmt.Errorf("%w: %w", ErrRunc, err)
 	}
 	if msg := shim.RuncLogErrors(e.logFile); msg != "" {
 		if code, ok := startFailureCode(msg); ok {

@@ -74,7 +74,7 @@ func New(cfg Config) (*Runtime, error) {
 	var err error
 	for _, p := range []*string{&cfg.Root, &cfg.StateDir} {
 		if *p, err = filepath.Abs(*p); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if err := os.MkdirAll(*p, 0o700); err != nil {
 			return nil, fmt.Errorf("create runtime directory: %w", err)
@@ -113,7 +113,7 @@ func lookTool(path, def string) (string, error) {
 	}
 	p, err := exec.LookPath(path)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrInvalid, def, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalid, def, err)
 	}
 	return filepath.Abs(p)
 }
@@ -162,7 +162,7 @@ func (r *Runtime) State(ctx context.Context, id string) (Status, int, error) {
 		if notExist(err) {
 			return StatusUnknown, 0, nil
 		}
-		return StatusUnknown, 0, fmt.Errorf("%w: state of %s: %v", ErrRunc, id, err)
+		return StatusUnknown, 0, fmt.Errorf("%w: state of %s: %w", ErrRunc, id, err)
 	}
 	return Status(c.Status), c.Pid, nil
 }

@@ -143,7 +143,7 @@ func GenerateSpec(o SpecOptions) (*specs.Spec, error) {
 	// The profile depends on the capabilities: syscalls such as reboot are
 	// allowed only when the matching capability is in the bounding set.
 	if s.Linux.Seccomp, err = seccomp.GetDefaultProfile(s); err != nil {
-		return nil, fmt.Errorf("%w: seccomp profile: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: seccomp profile: %w", ErrInvalid, err)
 	}
 	return s, nil
 }

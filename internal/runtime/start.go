@@ -158,7 +158,7 @@ func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
 	}
 	switch {
 	case res.err != nil:
-		return Process{}, fmt.Errorf("%w %s: %v", ErrStart, c.ID, res.err)
+		return Process{}, fmt.Errorf("%w %s: %w", ErrStart, c.ID, res.err)
 	case res.rep.Error != "":
 		return Process{}, fmt.Errorf("%w %s: %s", ErrStart, c.ID, res.rep.Error)
 	}
@@ -217,13 +217,13 @@ func (r *Runtime) removeRuncDebris(id string) error {
 	}
 	criuRoot := filepath.Join(dir, "criu-root")
 	if err := unix.Unmount(criuRoot, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("%w: %s: unmount runc's leftover %s: %v", ErrExists, id, criuRoot, err)
+		return fmt.Errorf("%w: %s: unmount runc's leftover %s: %w", ErrExists, id, criuRoot, err)
 	}
 	// Not RemoveAll: only empty directories go, whatever is still in them
 	// stays for an operator to look at.
 	for _, d := range []string{criuRoot, dir} {
 		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: %s: runc left %s behind: %v", ErrExists, id, dir, err)
+			return fmt.Errorf("%w: %s: runc left %s behind: %w", ErrExists, id, dir, err)
 		}
 	}
 	r.cfg.Log.Warn("removed what a killed runc left of a container", "id", id, "dir", dir)
@@ -245,7 +245,7 @@ func (r *Runtime) startShim(dir string) (*exec.Cmd, *os.File, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
-		return nil, nil, fmt.Errorf("%w: start shim: %v", ErrStart, err)
+		return nil, nil, fmt.Errorf("%w: start shim: %w", ErrStart, err)
 	}
 	// Reap the shim when it ends. After a daemon restart the shim is no
 	// longer our child and whoever inherited it reaps it.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,9 +12,9 @@ import (
 	"strings"
 	"syscall"
 
-	criu "github.com/checkpoint-restore/go-criu/v7"
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	securejoin "github.com/cyphar/filepath-securejoin"
+	occgroups "github.com/opencontainers/cgroups"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -27,7 +28,7 @@ import (
 //
 // What it saves is the time runc spends before CRIU starts (a Go binary's
 // start, loading its state, asking CRIU its version with another exec):
-// ~10 ms on a small VM. PrepareCheckpoint does all of that, and starts the
+// ~10 ms on a small VM. NewCheckpoint does all of that, and starts the
 // CRIU service, before the caller freezes the container; only CRIU's dump
 // is left for the frozen window.
 
@@ -56,107 +57,58 @@ type runcState struct {
 }
 
 // errNoDirectDump says runc's state is not what a direct dump expects
-// (another runc version): Checkpoint falls back to `runc checkpoint`.
+// (another runc version), or the dump is one only runc can do: the
+// checkpoint falls back to `runc checkpoint`.
 var errNoDirectDump = errors.New("no direct CRIU dump")
 
-// PreparedCheckpoint is a CRIU service process with its dump request
-// ready: Run sends the request, Close releases what Run did not.
-type PreparedCheckpoint struct {
-	id       string
-	work     string
-	c        *criu.Criu
-	opts     *rpc.CriuOpts
-	images   *os.File
-	workDir  *os.File
-	fallback func() error // runc checkpoint, when a direct dump is not possible
-}
-
-// PrepareCheckpoint gets a checkpoint of a running container ready, so
-// that Run only dumps. The container may still run; freeze it (or not)
-// between the two calls.
-func (r *Runtime) PrepareCheckpoint(id string, o CheckpointOptions) (*PreparedCheckpoint, error) {
-	if err := r.checkCheckpoint(id, &o); err != nil {
-		return nil, err
-	}
-	pc := &PreparedCheckpoint{id: id, work: o.WorkPath}
-	opts, err := r.dumpRequest(id, o)
-	if errors.Is(err, errNoDirectDump) {
-		r.cfg.Log.Debug("runc checkpoint instead of a direct dump", "id", id, "err", err)
-		pc.fallback = func() error { return r.runcCheckpoint(id, o) }
-		return pc, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", id, err)
-	}
-	if pc.images, err = os.Open(o.ImagePath); err == nil {
-		pc.workDir, err = os.Open(o.WorkPath)
-	}
-	if err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("checkpoint %s: %w", id, err)
-	}
-	// CRIU opens them as /proc/<our pid>/fd/N.
-	opts.ImagesDirFd = proto.Int32(int32(pc.images.Fd()))
-	opts.WorkDirFd = proto.Int32(int32(pc.workDir.Fd()))
-	if o.StatusFile != nil {
-		opts.StatusFd = proto.Int32(int32(o.StatusFile.Fd()))
-	}
-	pc.opts = opts
-	pc.c = criu.MakeCriu()
-	pc.c.SetCriuPath(r.cfg.Criu)
-	if err := pc.c.Prepare(); err != nil {
-		pc.c = nil
-		pc.Close()
-		return nil, fmt.Errorf("checkpoint %s: start criu: %w", id, err)
-	}
-	return pc, nil
-}
-
-// Run dumps the container. It can run once.
-func (pc *PreparedCheckpoint) Run() error {
-	if pc.fallback != nil {
-		return pc.fallback()
-	}
-	if pc.c == nil {
-		return fmt.Errorf("checkpoint %s: already run", pc.id)
-	}
-	err := pc.c.Dump(pc.opts, nil)
-	if cerr := pc.c.Cleanup(); err == nil && cerr != nil {
-		err = cerr
-	}
-	pc.c = nil
-	if err != nil {
-		return fmt.Errorf("%w %s: criu dump: %v%s", ErrCheckpoint, pc.id, err, criuLogErrors(filepath.Join(pc.work, "dump.log")))
-	}
-	return nil
-}
-
-// Close stops a CRIU service that never dumped and closes the directories.
-func (pc *PreparedCheckpoint) Close() {
-	if pc.c != nil {
-		_ = pc.c.Cleanup() // closing its socket ends the service
-		pc.c = nil
-	}
-	for _, f := range []*os.File{pc.images, pc.workDir} {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// dumpRequest builds runc's dump request for container id from its state
-// file, and writes descriptors.json next to the images for runc restore.
-func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, error) {
-	if !o.LeaveRunning {
-		return nil, fmt.Errorf("%w: runc removes a container it dumps without leave-running", errNoDirectDump)
-	}
+// readRuncState reads runc's state file of container id. A file that is
+// not runc 1.1's state is errNoDirectDump.
+func (r *Runtime) readRuncState(id string) (*runcState, error) {
 	b, err := os.ReadFile(filepath.Join(r.cfg.Root, id, "state.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no runc state", ErrNotFound, id)
+	}
 	if err != nil {
 		return nil, err
 	}
 	var st runcState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%w: runc state: %v", errNoDirectDump, err)
+		return nil, fmt.Errorf("%w: runc state: %w", errNoDirectDump, err)
+	}
+	return &st, nil
+}
+
+// freezer is the container's cgroup directory CRIU freezes: the freezer
+// hierarchy's on cgroup v1, the one directory on v2.
+func (st *runcState) freezer() string {
+	if fcg := st.CgroupPaths["freezer"]; fcg != "" {
+		return fcg
+	}
+	return st.CgroupPaths[""]
+}
+
+// pids lists the processes in the container's cgroup.
+func (st *runcState) pids() ([]int, error) {
+	dir := st.freezer()
+	if dir == "" {
+		return nil, fmt.Errorf("%w: runc state names no freezer cgroup", errNoDirectDump)
+	}
+	return occgroups.GetAllPids(dir)
+}
+
+// lazyOpts are a lazy dump's page server and the pipe CRIU reports its
+// readiness on.
+type lazyOpts struct {
+	pageServer string   // addr:port; "" lets CRIU pick
+	status     *os.File // CRIU writes '\0' once the page server listens
+}
+
+// dumpRequest builds runc's dump request from runc's state, and writes
+// descriptors.json next to the images for runc restore. A dump runc must
+// do itself is errNoDirectDump.
+func dumpRequest(st *runcState, o CheckpointOptions, lazy *lazyOpts) (*rpc.CriuOpts, error) {
+	if !o.LeaveRunning {
+		return nil, fmt.Errorf("%w: runc removes a container it dumps without leave-running", errNoDirectDump)
 	}
 	cfg := st.Config
 	if st.InitProcessPid <= 0 || cfg.Rootfs == "" || st.CgroupPaths == nil {
@@ -172,24 +124,54 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 		Pid:            proto.Int32(int32(st.InitProcessPid)),
 		LeaveRunning:   proto.Bool(o.LeaveRunning),
 		TcpEstablished: proto.Bool(o.TCPEstablished),
-		LazyPages:      proto.Bool(o.LazyPages),
 	}
-	if fcg := st.CgroupPaths["freezer"]; fcg != "" {
+	if fcg := st.freezer(); fcg != "" {
 		opts.FreezeCgroup = proto.String(fcg)
-	} else if fcg := st.CgroupPaths[""]; fcg != "" {
-		opts.FreezeCgroup = proto.String(fcg) // cgroup v2
 	}
-	if o.PageServer != "" {
-		host, port, err := net.SplitHostPort(o.PageServer)
-		if err != nil {
-			return nil, fmt.Errorf("page server %q: %w", o.PageServer, err)
+	if lazy != nil {
+		if err := setLazy(opts, lazy); err != nil {
+			return nil, err
 		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return nil, fmt.Errorf("page server %q: %w", o.PageServer, err)
-		}
-		opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(host), Port: proto.Int32(int32(p))}
 	}
+	if err := addExternals(opts, st); err != nil {
+		return nil, err
+	}
+	fds, err := json.Marshal(st.ExternalDescriptors)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(o.ImagePath, "descriptors.json"), fds, 0o600); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+// setLazy makes opts a lazy dump: memory is left to a page server.
+func setLazy(opts *rpc.CriuOpts, lazy *lazyOpts) error {
+	opts.LazyPages = proto.Bool(true)
+	if lazy.status != nil {
+		// CRIU opens it as /proc/<our pid>/fd/N.
+		opts.StatusFd = proto.Int32(int32(lazy.status.Fd()))
+	}
+	if lazy.pageServer == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(lazy.pageServer)
+	if err != nil {
+		return fmt.Errorf("page server %q: %w", lazy.pageServer, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("page server %q: %w", lazy.pageServer, err)
+	}
+	opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(host), Port: proto.Int32(int32(p))}
+	return nil
+}
+
+// addExternals declares what the container gets from outside its images,
+// as runc does: namespaces it joined, bind mounts, masked files, devices.
+func addExternals(opts *rpc.CriuOpts, st *runcState) error {
+	cfg := st.Config
 	hasCgroupns := false
 	for _, ns := range cfg.Namespaces {
 		switch {
@@ -200,7 +182,7 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 			// fd under this key (runc's naming).
 			var s syscall.Stat_t
 			if err := syscall.Stat(ns.Path, &s); err != nil {
-				return nil, fmt.Errorf("namespace %s: %w", ns.Path, err)
+				return fmt.Errorf("namespace %s: %w", ns.Path, err)
 			}
 			kind, key := "net", "extRootNetNS"
 			if ns.Type == "NEWPID" {
@@ -228,7 +210,7 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 			if !hasCgroupns {
 				// runc bind-mounts the host's hierarchies then; a dump
 				// would need each of them as external.
-				return nil, fmt.Errorf("%w: cgroup mounts without a cgroup namespace", errNoDirectDump)
+				return fmt.Errorf("%w: cgroup mounts without a cgroup namespace", errNoDirectDump)
 			}
 		}
 	}
@@ -238,7 +220,7 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return nil, err
+			return err
 		}
 		if !fi.IsDir() {
 			extMount(p, "/dev/null") // a masked file is /dev/null bound over it
@@ -248,12 +230,5 @@ func (r *Runtime) dumpRequest(id string, o CheckpointOptions) (*rpc.CriuOpts, er
 		d := inRoot(dev.Path)
 		extMount(d, d)
 	}
-	fds, err := json.Marshal(st.ExternalDescriptors)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(o.ImagePath, "descriptors.json"), fds, 0o600); err != nil {
-		return nil, err
-	}
-	return opts, nil
+	return nil
 }

@@ -1,0 +1,172 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	criu "github.com/checkpoint-restore/go-criu/v7"
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	gorunc "github.com/containerd/go-runc"
+	"google.golang.org/protobuf/proto"
+)
+
+// criuService is a `criu swrk` process started ahead of its one request,
+// with the directories the request names open for it (CRIU opens them as
+// /proc/<our pid>/fd/N).
+type criuService struct {
+	c            *criu.Criu
+	images, work *os.File
+}
+
+// startCriuService starts CRIU's RPC service for a dump into images, with
+// its log in work.
+func startCriuService(path, images, work string) (*criuService, error) {
+	s := &criuService{}
+	var err error
+	if s.images, err = os.Open(images); err == nil {
+		s.work, err = os.Open(work)
+	}
+	if err == nil {
+		c := criu.MakeCriu()
+		c.SetCriuPath(path)
+		if err = c.Prepare(); err != nil {
+			err = fmt.Errorf("start criu: %w", err)
+		} else {
+			s.c = c
+		}
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dump sends the dump request and returns CRIU's answer, once the service
+// has exited.
+func (s *criuService) dump(opts *rpc.CriuOpts) error {
+	opts.ImagesDirFd = proto.Int32(int32(s.images.Fd()))
+	opts.WorkDirFd = proto.Int32(int32(s.work.Fd()))
+	err := s.c.Dump(opts, nil)
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// close ends the service (a CRIU waiting for its request exits when its
+// socket closes), waits for it, and closes the directories. Idempotent.
+func (s *criuService) close() error {
+	var err error
+	if s.c != nil {
+		err = s.c.Cleanup()
+		s.c = nil
+	}
+	for _, f := range []**os.File{&s.images, &s.work} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+	return err
+}
+
+// checkCheckpoint validates a checkpoint's options and creates its
+// directories (the work path defaults to the image path).
+func (r *Runtime) checkCheckpoint(id string, o *CheckpointOptions) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	if r.cfg.Criu == "" {
+		return fmt.Errorf("checkpoint %s: %w", id, ErrNoCRIU)
+	}
+	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
+		return fmt.Errorf("%w: checkpoint needs absolute image and work paths", ErrInvalid)
+	}
+	if o.WorkPath == "" {
+		o.WorkPath = o.ImagePath
+	}
+	for _, d := range []string{o.ImagePath, o.WorkPath} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// runcCheckpoint dumps with `runc checkpoint` (options already checked;
+// lazy is nil for a dump of everything). It runs without a context:
+// killing runc would orphan its CRIU.
+func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions, lazy *lazyOpts) error {
+	opts := &gorunc.CheckpointOpts{
+		ImagePath:    o.ImagePath,
+		WorkDir:      o.WorkPath,
+		AllowOpenTCP: o.TCPEstablished,
+	}
+	if lazy != nil {
+		opts.LazyPages, opts.CriuPageServer, opts.StatusFile = true, lazy.pageServer, lazy.status
+	}
+	var actions []gorunc.CheckpointAction
+	if o.LeaveRunning {
+		actions = append(actions, gorunc.LeaveRunning)
+	}
+	if err := r.criuRunc().Checkpoint(context.Background(), id, opts, actions...); err != nil {
+		err = runcError("checkpoint", id, err, ErrCheckpoint)
+		return fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(o.WorkPath, "dump.log")))
+	}
+	return nil
+}
+
+// criuRunc is our runc client with --criu: go-runc no longer passes its
+// Criu field, but runc 1.1 still takes the global flag.
+func (r *Runtime) criuRunc() *gorunc.Runc {
+	rc := *r.runc
+	rc.ExtraArgs = append([]string{"--criu", r.cfg.Criu}, rc.ExtraArgs...)
+	return &rc
+}
+
+// criuTailLines is how many last lines of a CRIU log an error quotes.
+const criuTailLines = 5
+
+// criuLogErrors returns the error lines of a CRIU log and its last lines,
+// formatted to be appended to an error message, or "" without a log.
+//
+// Not every "Error" line is fatal: without CAP_SYS_RESOURCE every run logs
+// "Error (criu/util.c:...): rlimit: Can't setup RLIMIT_NOFILE for self" and
+// carries on. And not every fatal condition says "Error" (a missing
+// pstree.img only logs "No pstree.img image" before CRIU gives up), so the
+// last lines are quoted too.
+func criuLogErrors(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	var tail []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if strings.Contains(l, "Error") {
+			lines = append(lines, l)
+		}
+		if tail = append(tail, l); len(tail) > criuTailLines {
+			tail = tail[1:]
+		}
+	}
+	for _, l := range tail {
+		if !slices.Contains(lines, l) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\ncriu log %s (errors, then its end):\n%s", path, strings.Join(lines, "\n"))
+}
