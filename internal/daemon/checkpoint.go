@@ -1,8 +1,12 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/runtime"
 )
@@ -33,3 +37,97 @@ func (d *Daemon) setupCRIUConfig() error {
 	}
 	return os.Setenv("CRIU_CONFIG_FILE", path)
 }
+
+// A checkpoint of a running instance, for a stateful snapshot or a live
+// migration, is one runtime.Checkpoint session: newCheckpoint prepares it
+// while the container runs (CRIU started, its request built, the page
+// FIFOs or the page server ready), the caller freezes the container
+// (freezer) and runs the dump (Run) in the frozen window, and a failure
+// anywhere ends it with Abort, after which the container only needs a
+// thaw. What the two callers differ in is where the pages go: a
+// snapshot's into its checkpoint volume (an O_DIRECT imgstream.DirSink),
+// a copy-mode migration's to the target as CRIU writes them, a post-copy
+// migration's nowhere yet (a page server holds them).
+
+// newCheckpoint prepares a leave-running checkpoint of an instance.
+func (d *Daemon) newCheckpoint(ctx context.Context, name string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error) {
+	o.LeaveRunning = true
+	ck, err := d.rt.NewCheckpoint(ctx, name, o)
+	if err != nil {
+		return nil, fmt.Errorf("prepare the checkpoint of %s: %w", name, err)
+	}
+	return ck, nil
+}
+
+// checkDumpable refuses, before anything is frozen, a checkpoint CRIU
+// could not restore (runtime.CheckDumpable: a process outside init's time
+// namespace, say one `vessel exec` started after a restore).
+func (d *Daemon) checkDumpable(name string) error {
+	inst, err := d.instance(name)
+	if err != nil {
+		return err
+	}
+	run := inst.live()
+	if run == nil {
+		return nil
+	}
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return err
+	}
+	pids, err := cg.Pids()
+	if err != nil {
+		return err
+	}
+	if err := runtime.CheckDumpable(run.proc.InitPid, pids); err != nil {
+		if errors.Is(err, runtime.ErrNotDumpable) {
+			return errorf(ErrConflict, "instance %q cannot be checkpointed: %w", name, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// freezer freezes an instance's cgroup and remembers whether it did, so
+// the cleanup of a failure thaws exactly what was frozen.
+type freezer struct {
+	d      *Daemon
+	name   string
+	frozen bool
+	since  time.Time
+}
+
+// freeze freezes the cgroup (and waits until every task is frozen).
+func (f *freezer) freeze(ctx context.Context) error {
+	cg, err := f.d.instanceCgroup(f.name)
+	if err != nil {
+		return err
+	}
+	if err := cg.Freeze(ctx); err != nil {
+		return err
+	}
+	f.frozen, f.since = true, time.Now()
+	return nil
+}
+
+// thaw thaws the cgroup if freeze froze it, and returns how long it was
+// frozen.
+func (f *freezer) thaw() (time.Duration, error) {
+	if !f.frozen {
+		return 0, nil
+	}
+	f.frozen = false
+	took := time.Since(f.since)
+	cg, err := f.d.instanceCgroup(f.name)
+	if err == nil {
+		err = cg.Thaw()
+	}
+	if err != nil {
+		f.d.log.Error("thaw", "name", f.name, "err", err)
+	}
+	return took, err
+}
+
+// forget says the cgroup is no longer the freezer's to thaw (the
+// container is gone, or left frozen on purpose).
+func (f *freezer) forget() { f.frozen = false }

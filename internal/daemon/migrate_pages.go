@@ -112,3 +112,21 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	c.n.Add(int64(n))
 	return n, err
 }
+
+// pageSink streams each page file of a dump to the target on its own
+// stream; the target acknowledges them all with the other images.
+type pageSink struct{ m *migrationSource }
+
+// Store implements imgstream.Sink.
+func (p *pageSink) Store(ctx context.Context, name string, r io.Reader) error {
+	st, err := p.m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamPage, Name: name})
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(st, r)
+	p.m.pageBytes.Add(n)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

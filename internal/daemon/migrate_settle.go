@@ -13,6 +13,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
 	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
 )
 
@@ -172,39 +173,16 @@ func (d *Daemon) resumeSource(ctx context.Context, inst *instance, j state.Migra
 }
 
 // releaseLazyDump ends a lazy dump's page server that nobody will fetch
-// from (a connection that hangs up at once) and waits until CRIU has let go
-// of the container's processes.
+// from and waits until CRIU has let go of the container's processes.
 func (d *Daemon) releaseLazyDump(name, addr string) {
-	hangUp(addr)
 	cg, err := d.instanceCgroup(name)
 	if err != nil {
+		d.log.Error("release an interrupted move's page server", "name", name, "err", err)
 		return
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		pids, err := cg.Pids()
-		if err != nil || !anyTraced(pids) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := runtime.ReleaseLazyDump(addr, cg.Pids); err != nil {
+		d.log.Error("CRIU still holds the processes of an interrupted move", "name", name, "err", err)
 	}
-	d.log.Error("CRIU still holds the processes of an interrupted move", "name", name)
-}
-
-// anyTraced says whether a process among pids is under ptrace (CRIU's seize).
-func anyTraced(pids []int) bool {
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "TracerPid:"); ok && strings.TrimSpace(v) != "0" {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // dropTransfers deletes the pre-copy snapshots of an instance (sent on the

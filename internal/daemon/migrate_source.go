@@ -12,6 +12,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
 )
@@ -277,21 +278,29 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	// Everything CRIU can do while the container runs is done first.
 	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})
-	dump, err := m.prepareDump(ctx, images, work, lazy)
+	o := runtime.CheckpointOptions{ImagePath: images, WorkPath: work, TCPEstablished: true, Lazy: lazy}
+	if !lazy {
+		// Copy mode: the memory pages go to the target as CRIU writes them,
+		// not to this host's disk first.
+		o.Pages = &pageSink{m: m}
+	}
+	ck, err := d.newCheckpoint(ctx, m.name, o)
 	if err != nil {
 		return err
 	}
-	started := false
+	// A dump that never ran is closed; a lazy one's page server is hung up
+	// on (CRIU then lets go of the processes); the container stays frozen
+	// until cleanup thaws it.
 	defer func() {
-		if !started {
-			dump.release()
+		if !m.committed {
+			ck.Abort()
 		}
 	}()
 	if lazy {
 		// Recorded before the freeze: a daemon that dies from here on
 		// hangs up on the page server at its next start, which lets go of
 		// the processes (a page server that never started costs nothing).
-		m.journal.PageServer = dump.pageServer
+		m.journal.PageServer = ck.PageServer()
 		if err := m.note(); err != nil {
 			return err
 		}
@@ -322,19 +331,13 @@ func (m *migrationSource) live(ctx context.Context) error {
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
 	tck := time.Now()
-	started = true
-	err = dump.start()
+	err = ck.Run()
 	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
 	d.log.Debug("migration source: final disk", "name", m.name, "took", disk.d)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if !m.committed {
-			dump.abort()
-		}
-	}()
 	d.crashAt(faultSourceFrozen)
 	m.timing.SuspendDump = migration.Seconds(time.Since(freezeAt))
 	if disk.err != nil {
@@ -343,7 +346,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	m.timing.CopyAfterSuspend, m.timing.AfterSuspendBytes = migration.Seconds(disk.d), disk.n
 
 	t2 := time.Now()
-	n, err := m.sendImages(ctx, images, dump.pages)
+	n, err := m.sendImages(ctx, images, ck.Pages())
 	if err != nil {
 		return err
 	}
@@ -352,7 +355,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
 	if lazy {
-		go m.servePages(ctx, dump.pageServer)
+		go m.servePages(ctx, ck.PageServer())
 	}
 	if err := m.startOnTarget(); err != nil {
 		return err
@@ -364,21 +367,18 @@ func (m *migrationSource) live(ctx context.Context) error {
 	m.timing.FrozenTotal = migration.Seconds(time.Since(freezeAt))
 	m.op.SetMetadata(map[string]any{"phase": "resumed", "frozen_s": m.timing.FrozenTotal})
 	if lazy {
-		return m.postCopy(ctx, dump)
-	}
-	if err := dump.wait(); err != nil {
-		d.log.Warn("checkpoint process", "name", m.name, "err", err)
+		return m.postCopy(ctx, ck)
 	}
 	return m.commit(ctx)
 }
 
 // postCopy waits while the target, which runs the container now, pulls
 // the memory pages from the dump's page server, then commits.
-func (m *migrationSource) postCopy(ctx context.Context, dump *dumpRun) error {
+func (m *migrationSource) postCopy(ctx context.Context, ck *runtime.Checkpoint) error {
 	t4 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "post-copy"})
 	msg, err := m.sess.Expect(ctx, migration.MsgPagesDone)
-	if werr := dump.wait(); err == nil && werr != nil {
+	if werr := ck.Wait(); err == nil && werr != nil {
 		err = werr
 	}
 	m.timing.Postcopy, m.timing.PostcopyBytes = migration.Seconds(time.Since(t4)), msg.Bytes

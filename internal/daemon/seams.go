@@ -36,8 +36,8 @@ type instanceRuntime interface {
 	// Delete removes the runtime's state of the instance, whatever it is.
 	Delete(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error)
-	PrepareCheckpoint(id string, o runtime.CheckpointOptions) (*runtime.PreparedCheckpoint, error)
-	Checkpoint(ctx context.Context, id string, o runtime.CheckpointOptions) error
+	// NewCheckpoint prepares a checkpoint session (see checkpoint.go).
+	NewCheckpoint(ctx context.Context, id string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error)
 	StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error)
 }
 

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
@@ -18,12 +15,6 @@ import (
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
 )
-
-// captureSpare is how many page-file FIFOs are prepared beyond one per
-// process (shared memory segments get page files of their own). Page files
-// beyond them are written by CRIU itself: correct, only not through
-// vessel's writer.
-const captureSpare = 32
 
 // CreateSnapshot validates a snapshot request and runs it as an operation.
 // Allowed on a running instance (frozen for the copy) or a stopped one;
@@ -70,7 +61,6 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, inst *instance, req api.SnapshotsPost) error {
 	name := inst.name
 	rec := inst.record()
-	var err error
 	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
 		return errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
 	}
@@ -87,9 +77,10 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 			return err
 		}
 	}
-	var ck *checkpointRun
+	var ck *snapshotCheckpoint
 	if req.Stateful {
-		if ck, err = d.prepareCheckpoint(ctx, name, req.Name); err != nil {
+		var err error
+		if ck, err = d.prepareSnapshotCheckpoint(ctx, name, req.Name); err != nil {
 			return err
 		}
 		r.Add(func() { ck.abort(bg) })
@@ -97,15 +88,16 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 
 	t0 := time.Now()
 	var frozen time.Duration
+	var err error
 	if running {
 		op.SetMetadata(map[string]any{api.MetaStage: "freeze"})
-		frozen, err = d.frozen(ctx, name, func() error {
+		frozen, err = d.whileFrozen(ctx, name, func() error {
 			if err := d.storage.CloneVolume(ctx, snapVol, containerVolume(name), true); err != nil {
 				return fmt.Errorf("snapshot the disk: %w", err)
 			}
-			r.Add(func() { _ = d.storage.DeleteVolume(bg, snapVol) })
+			r.Add(func() { d.undo("delete snapshot volume", name, d.storage.DeleteVolume(bg, snapVol)) })
 			if ck != nil {
-				return ck.dump(ctx, op)
+				return ck.dump(op)
 			}
 			return nil
 		})
@@ -113,7 +105,7 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 		op.SetMetadata(map[string]any{api.MetaStage: "copy"})
 		err = d.storage.CloneVolume(ctx, snapVol, containerVolume(name), true)
 		if err == nil {
-			r.Add(func() { _ = d.storage.DeleteVolume(bg, snapVol) })
+			r.Add(func() { d.undo("delete snapshot volume", name, d.storage.DeleteVolume(bg, snapVol)) })
 		}
 	}
 	if err != nil {
@@ -138,7 +130,7 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 			"dump_ms":    ms(ck.dumpTime),
 			"sync_ms":    ms(ck.syncTime),
 			"page_bytes": ck.pageBytes,
-			"io":         ck.d.cfg.SnapshotIO,
+			"io":         d.cfg.SnapshotIO,
 		})
 	}
 	if snapRec.DiskBytes, err = d.storage.VolumeUsage(ctx, snapVol); err != nil {
@@ -155,108 +147,74 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 	return nil
 }
 
-// frozen runs fn with the instance's cgroup frozen and returns how long it
-// was frozen. The cgroup is thawed whatever happens.
-func (d *Daemon) frozen(ctx context.Context, name string, fn func() error) (time.Duration, error) {
-	cg, err := d.instanceCgroup(name)
-	if err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	if err := cg.Freeze(ctx); err != nil {
+// whileFrozen runs fn with the instance's cgroup frozen and returns how
+// long it was frozen. The cgroup is thawed whatever happens.
+func (d *Daemon) whileFrozen(ctx context.Context, name string, fn func() error) (time.Duration, error) {
+	f := &freezer{d: d, name: name}
+	if err := f.freeze(ctx); err != nil {
 		return 0, err
 	}
 	ferr := fn()
-	terr := cg.Thaw()
-	frozen := time.Since(t0)
-	if terr != nil {
-		d.log.Error("thaw after snapshot", "name", name, "err", terr)
-	}
+	frozen, terr := f.thaw()
 	return frozen, errors.Join(ferr, terr)
 }
 
-// checkpointRun is one CRIU dump into a checkpoint volume, its page files
-// captured into vessel's writer.
-type checkpointRun struct {
-	d       *Daemon
-	name    string
-	snap    string
-	dir     string
-	sink    *imgstream.DirSink
-	capture *imgstream.Capture // nil with SnapshotIOCRIU
-	stored  []string           // page files the capture wrote (and synced)
+// snapshotCheckpoint is the memory half of a stateful snapshot: a
+// checkpoint session whose page files go into the checkpoint volume
+// through vessel's O_DIRECT writer (or CRIU's own writes, with
+// SnapshotIOCRIU).
+type snapshotCheckpoint struct {
+	d    *Daemon
+	name string
+	snap string
+	dir  string
+	ck   *runtime.Checkpoint
 
-	// dumpTime is runc checkpoint until the captured pages are durable;
-	// syncTime is the sync of the rest afterwards; pageBytes is the size
-	// of the page files.
+	// dumpTime is the dump until the captured pages are durable; syncTime
+	// the sync of the rest afterwards; pageBytes the page files' size.
 	dumpTime, syncTime time.Duration
 	pageBytes          uint64
 }
 
-// prepareCheckpoint creates the checkpoint volume and starts capturing its
-// page files (before the freeze: none of this needs to be frozen).
-func (d *Daemon) prepareCheckpoint(ctx context.Context, name, snap string) (*checkpointRun, error) {
+// prepareSnapshotCheckpoint creates the checkpoint volume and prepares the
+// session (before the freeze: none of this needs to be frozen). CRIU's
+// dump.log goes outside the checkpoint, so it is still there to read when
+// a failed checkpoint has been removed.
+func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap string) (*snapshotCheckpoint, error) {
 	vol := checkpointVolume(name, snap)
 	if err := d.storage.CreateVolume(ctx, vol); err != nil {
 		return nil, fmt.Errorf("create checkpoint volume: %w", err)
 	}
-	ck := &checkpointRun{d: d, name: name, snap: snap, dir: d.storage.Path(vol)}
-	ck.sink = &imgstream.DirSink{Dir: ck.dir}
-	if d.cfg.SnapshotIO == SnapshotIOCRIU {
-		return ck, nil // CRIU writes every file itself; finish syncs them
-	}
-	n := captureSpare
-	if cg, err := d.instanceCgroup(name); err == nil {
-		if pids, err := cg.Pids(); err == nil {
-			n += len(pids)
+	sc := &snapshotCheckpoint{d: d, name: name, snap: snap, dir: d.storage.Path(vol)}
+	work := d.cfg.dumpWorkDir(name)
+	err := os.RemoveAll(work)
+	if err == nil {
+		o := runtime.CheckpointOptions{ImagePath: sc.dir, WorkPath: work}
+		if d.cfg.SnapshotIO != SnapshotIOCRIU {
+			o.Pages = &imgstream.DirSink{Dir: sc.dir}
 		}
+		sc.ck, err = d.newCheckpoint(ctx, name, o)
 	}
-	capture, err := imgstream.StartCapture(ctx, ck.dir, n, ck.sink)
 	if err != nil {
-		_ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol)
+		d.undo("remove checkpoint volume", name, d.storage.DeleteVolume(context.WithoutCancel(ctx), vol))
 		return nil, err
 	}
-	ck.capture = capture
-	return ck, nil
+	return sc, nil
 }
 
-// dump runs runc checkpoint --leave-running on the (frozen) container and
-// reports the bytes written as progress. CRIU seizes the frozen tasks,
-// thaws the cgroup to dump them (they stay stopped under ptrace), and puts
-// the freezer back to FROZEN when it detaches; the caller thaws.
-//
-// runc runs without ctx: killing runc would orphan its CRIU. A
-// cancellation aborts the capture instead, so CRIU's next page write
-// fails, CRIU gives the tasks back and runc returns.
-func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) error {
+// dump runs the checkpoint on the (frozen) container and reports the bytes
+// written as progress. CRIU seizes the frozen tasks, dumps them, and puts
+// the freezer back to FROZEN; the caller thaws. A cancelled operation
+// aborts the page capture: CRIU's next write fails, it lets go of the
+// tasks, and Run's error wraps context.Canceled.
+func (sc *snapshotCheckpoint) dump(op *operations.Operation) error {
 	t0 := time.Now()
-	p := startProgress(op, map[string]any{api.MetaStage: "dump"}, ck.sink.Written)
-	// CRIU's dump.log goes outside the checkpoint, so that it is still
-	// there to read when a failed checkpoint has been removed.
-	work := ck.d.cfg.dumpWorkDir(ck.name)
-	if err := os.RemoveAll(work); err != nil {
-		return err
-	}
-	err := ck.d.rt.Checkpoint(context.WithoutCancel(ctx), ck.name, runtime.CheckpointOptions{
-		ImagePath:    ck.dir,
-		WorkPath:     work,
-		LeaveRunning: true,
-	})
+	p := startProgress(op, map[string]any{api.MetaStage: "dump"}, sc.ck.Written)
+	err := sc.ck.Run()
 	p.end()
-	var cerr error
-	if ck.capture != nil {
-		ck.stored, cerr = ck.capture.Finish()
-	}
-	ck.dumpTime = time.Since(t0)
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case cerr != nil && !errors.Is(cerr, context.Canceled):
-		// The writer failed first (disk full): that is the cause, CRIU's
-		// broken pipe only its consequence.
-		return fmt.Errorf("write the memory image: %w", cerr)
-	case err != nil:
-		return fmt.Errorf("stateful snapshot of %s: %w", ck.name, err)
+	sc.dumpTime = time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("stateful snapshot of %s: %w", sc.name, err)
 	}
 	return nil
 }
@@ -264,58 +222,22 @@ func (ck *checkpointRun) dump(ctx context.Context, op *operations.Operation) err
 // finish makes the checkpoint durable: the captured page files were synced
 // by the sink; CRIU's other files (small) are synced here. It returns the
 // checkpoint's size in bytes.
-func (ck *checkpointRun) finish() (uint64, error) {
+func (sc *snapshotCheckpoint) finish() (uint64, error) {
 	t0 := time.Now()
-	defer func() { ck.syncTime = time.Since(t0) }()
-	var total uint64
-	err := filepath.WalkDir(ck.dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return err
-		}
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		total += uint64(fi.Size())
-		if imgstream.IsPages(e.Name()) {
-			ck.pageBytes += uint64(fi.Size())
-		}
-		if slices.Contains(ck.stored, e.Name()) {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
-	if err == nil {
-		err = syncPath(ck.dir)
-	}
+	total, pages, err := imgstream.SyncImages(sc.dir, sc.ck.Pages())
+	sc.syncTime, sc.pageBytes = time.Since(t0), pages
 	if err != nil {
-		return 0, fmt.Errorf("sync checkpoint %s/%s: %w", ck.name, ck.snap, err)
+		return 0, fmt.Errorf("sync checkpoint %s/%s: %w", sc.name, sc.snap, err)
 	}
 	return total, nil
 }
 
-// abort removes everything of a failed checkpoint.
-func (ck *checkpointRun) abort(ctx context.Context) {
-	if ck.capture != nil {
-		ck.capture.Abort()
+// abort ends the session and removes everything of a failed checkpoint.
+func (sc *snapshotCheckpoint) abort(ctx context.Context) {
+	sc.ck.Abort()
+	if err := sc.d.storage.DeleteVolume(ctx, checkpointVolume(sc.name, sc.snap)); err != nil {
+		sc.d.log.Error("remove failed checkpoint", "name", sc.name, "snapshot", sc.snap, "err", err)
 	}
-	if err := ck.d.storage.DeleteVolume(ctx, checkpointVolume(ck.name, ck.snap)); err != nil {
-		ck.d.log.Error("remove failed checkpoint", "name", ck.name, "snapshot", ck.snap, "err", err)
-	}
-}
-
-func syncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // ms is a duration in milliseconds with microsecond precision.

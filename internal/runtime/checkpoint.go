@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -42,13 +41,6 @@ type CheckpointOptions struct {
 	// images are written and the page server listens (PageServer), Wait
 	// once the page server has ended.
 	Lazy bool
-
-	// Deprecated: the old lazy dump of PrepareCheckpoint; NewCheckpoint
-	// refuses them (use Lazy). Removed once the daemon uses Checkpoint
-	// sessions.
-	LazyPages  bool
-	PageServer string
-	StatusFile *os.File
 }
 
 // DefaultSparePageFiles is how many page-file FIFOs a capture prepares
@@ -121,9 +113,6 @@ const (
 // When runc's state is not one a direct dump understands, or without
 // LeaveRunning, Run runs `runc checkpoint` instead.
 func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOptions) (_ *Checkpoint, err error) {
-	if o.LazyPages || o.PageServer != "" || o.StatusFile != nil {
-		return nil, fmt.Errorf("%w: LazyPages, PageServer and StatusFile are PrepareCheckpoint's; a session takes Lazy", ErrInvalid)
-	}
 	if o.PageFiles < 0 {
 		return nil, fmt.Errorf("%w: %d page files", ErrInvalid, o.PageFiles)
 	}
