@@ -3,10 +3,14 @@
 #   make test   install what is missing, build, run every test
 GO      ?= go
 BIN     := $(CURDIR)/bin
+TOOLS   := $(BIN)/tools
+# golangci-lint, pinned; installed into bin/tools by `make lint`.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # CRIU is built into /usr/local/sbin by setup.
 export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
 
-.PHONY: all setup build test unit integration demo bench vet clean
+.PHONY: all setup build test unit integration demo bench vet lint tidy clean
 
 all: build
 
@@ -21,14 +25,28 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal test bench packaging)" || { gofmt -l cmd internal test bench packaging; echo "gofmt needed"; exit 1; }
 
-# Every test runs as root against the real kernel, runc, CRIU and btrfs.
-# Packages run one at a time: they share the machine's loop devices,
-# cgroups and CPU, and the timings some tests print are easier to read.
-test: setup build vet
-	$(GO) test -count=1 -p 1 -timeout 60m ./...
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
 
-unit: build
-	$(GO) test -count=1 ./internal/...
+$(GOLANGCI_LINT):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(TOOLS)/golangci-lint $@
+
+# go.mod and go.sum must be what `go mod tidy` makes them.
+tidy:
+	$(GO) mod tidy -diff
+
+# The unit tests: no root (run as an unprivileged user when make runs as
+# root), no kernel, fast; with the race detector.
+unit:
+	$(GO) test -race -short -count=1 -exec $(CURDIR)/scripts/as-nobody ./...
+
+# Every test: the checks and unit tests above, then every test again, as
+# root against the real kernel, runc, CRIU and btrfs. Packages run one at
+# a time: they share the machine's loop devices, cgroups and CPU.
+test: setup build vet lint tidy unit
+	$(GO) test -count=1 -p 1 -timeout 60m ./...
 
 integration: setup build
 	$(GO) test -count=1 -v -timeout 40m ./test/...

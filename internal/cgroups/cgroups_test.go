@@ -10,10 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
+// testPath names a fresh cgroup for a root test (it marks the test as one).
 func testPath(t *testing.T) string {
 	t.Helper()
+	testutil.NeedRoot(t)
 	return fmt.Sprintf("/vessel-test-%d-%d/c1", os.Getpid(), time.Now().UnixNano()%100000)
 }
 

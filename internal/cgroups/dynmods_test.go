@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 func TestRootOptions(t *testing.T) {
@@ -53,6 +55,7 @@ func TestFavorDynMods(t *testing.T) {
 
 func cgroup2Mount(t *testing.T) *mountinfo.Info {
 	t.Helper()
+	testutil.NeedRoot(t)
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,19 +10,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // testBusybox is the static busybox the tests build images from (setup.sh
 // installs busybox-static).
 const testBusybox = "/bin/busybox"
 
-// requireRoot fails tests that need root: unpacking images keeps owners and
-// device nodes, and chroot needs CAP_SYS_CHROOT.
+// requireRoot marks tests that need root: unpacking images keeps owners
+// and device nodes, and chroot needs CAP_SYS_CHROOT.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (it unpacks images with their owners and chroots into them)")
-	}
+	testutil.NeedRoot(t)
 }
 
 // newTestStore returns a store in a fresh temporary directory.

@@ -14,6 +14,8 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // testEnv is one test's network: a Manager on a bridge and subnet of its
@@ -32,9 +34,7 @@ type testEnv struct {
 // installs them): a missing prerequisite fails the test.
 func newTestEnv(t *testing.T, nat bool) *testEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel tests need root")
-	}
+	testutil.NeedRoot(t)
 	for _, tool := range []string{"iptables", "nsenter", "busybox"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("kernel tests need %s: %v", tool, err)

@@ -4,6 +4,7 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -15,6 +16,12 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// make unit: every test here runs daemons as root.
+		fmt.Println("skipped: integration tests need root (make test)")
+		os.Exit(0)
+	}
 	dir, err := testhost.Build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
