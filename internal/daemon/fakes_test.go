@@ -247,12 +247,8 @@ func (f *fakeRuntime) Exec(ctx context.Context, id string, o runtime.ExecOptions
 	return -1, errFakeUnsupported
 }
 
-func (f *fakeRuntime) PrepareCheckpoint(id string, o runtime.CheckpointOptions) (*runtime.PreparedCheckpoint, error) {
+func (f *fakeRuntime) NewCheckpoint(ctx context.Context, id string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error) {
 	return nil, errFakeUnsupported
-}
-
-func (f *fakeRuntime) Checkpoint(ctx context.Context, id string, o runtime.CheckpointOptions) error {
-	return errFakeUnsupported
 }
 
 func (f *fakeRuntime) StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error) {
