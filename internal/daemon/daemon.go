@@ -76,9 +76,11 @@ type Daemon struct {
 	// ctx lives as long as the daemon; background work derives from it
 	// and is counted in bg, which Shutdown waits for before it closes the
 	// state store.
-	ctx    context.Context
-	cancel context.CancelFunc
-	bg     sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	bg      sync.WaitGroup
+	bgMu    sync.Mutex // guards closing and bg.Add against Shutdown's bg.Wait
+	closing bool
 
 	insts      registry   // every instance, by name (instance.go)
 	imageLocks keyedMutex // one per image fingerprint (unpacking)
@@ -198,6 +200,20 @@ func (d *Daemon) load() error {
 	return nil
 }
 
+// enterBackground counts background work (an exit's cleanup, a settle)
+// that Shutdown must wait for before it closes the state store; once
+// Shutdown has begun it refuses, and the work is left to the next start.
+// A true result must be matched by d.bg.Done().
+func (d *Daemon) enterBackground() bool {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.closing {
+		return false
+	}
+	d.bg.Add(1)
+	return true
+}
+
 // takeLock makes sure only one daemon uses a root directory.
 func (d *Daemon) takeLock() error {
 	f, err := os.OpenFile(d.cfg.lockPath(), os.O_CREATE|os.O_RDWR, 0o600)
@@ -247,6 +263,9 @@ func (d *Daemon) Config() Config { return d.cfg }
 // the bridge and NAT rules removed, the cgroup parent deleted; the next
 // start sets them up again.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.bgMu.Lock()
+	d.closing = true
+	d.bgMu.Unlock()
 	d.cancel()
 	d.ops.CancelAll()
 	d.bg.Wait()

@@ -279,8 +279,10 @@ func (d *Daemon) register(rec state.Instance, busy string, keepAddress bool, als
 	if err != nil {
 		return fail(err)
 	}
+	rec.Version = state.InstanceVersion
+	inst.mu.Lock()
 	inst.rec = rec
-	inst.rec.Version = state.InstanceVersion
+	inst.mu.Unlock()
 	return inst, release, nil
 }
 

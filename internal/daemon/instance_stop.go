@@ -154,10 +154,9 @@ func (d *Daemon) onExit(inst *instance, run *running) {
 		return // shutting down (the next start reconciles) or deleted
 	}
 	defer release()
-	if inst.live() != run {
-		return
+	if inst.live() != run || !d.enterBackground() {
+		return // handled by an action, or shutting down: reconcile will
 	}
-	d.bg.Add(1)
 	defer d.bg.Done()
 	name := inst.name
 	d.log.Info("container exited", "name", name, "status", run.exit.Status, "signal", run.exit.Signal)

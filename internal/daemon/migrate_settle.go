@@ -64,8 +64,12 @@ func (d *Daemon) recoverMigrations() error {
 // settleInBackground settles j as an operation that already holds inst's
 // lock (release gives it back when done).
 func (d *Daemon) settleInBackground(inst *instance, release func(), j state.Migration) {
+	if !d.enterBackground() {
+		// Shutting down: the journal stays, the next start settles it.
+		release()
+		return
+	}
 	inst.setBusy(actSettle.busy())
-	d.bg.Add(1)
 	d.ops.Start(d.ctx, "Settling migration", instanceResources(inst.name), func(ctx context.Context, op *operations.Operation) error {
 		defer d.bg.Done()
 		defer release()
@@ -147,10 +151,12 @@ func (d *Daemon) runsOnTarget(ctx context.Context, j state.Migration) (bool, err
 		return false, nil
 	case err != nil:
 		return false, err
-	case inst.Status == api.StatusRunning:
+	case inst.Status == api.StatusRunning, inst.Status == api.StatusStopped:
+		// The target shows a received instance "Migrating" until its
+		// restore is done (or it deleted it: 404), so Stopped means the
+		// move completed: a stopped container's, or one that ran there
+		// and stopped since. Either way it is the target's now.
 		return true, nil
-	case inst.Status == api.StatusStopped && !j.Start:
-		return true, nil // a stopped container's move, completed
 	}
 	return false, fmt.Errorf("the target shows %s as %s", j.Name, inst.Status)
 }

@@ -68,7 +68,14 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 		d.log.Error("the instance's volume is missing from the storage pool", "name", name)
 	}
 	status, pid, err := d.rt.State(ctx, name)
-	if err == nil && (status == runtime.StatusRunning || status == runtime.StatusPaused) {
+	if err != nil {
+		// Neither running nor gone for sure: touching it could kill a
+		// running container. It stays as it is, shown stopped until the
+		// next start can tell.
+		d.log.Error("cannot tell whether the container runs; leaving it alone", "name", name, "err", err)
+		return
+	}
+	if status == runtime.StatusRunning || status == runtime.StatusPaused {
 		d.adopt(ctx, inst, pid, status == runtime.StatusPaused && !frozenByMove)
 		return
 	}
@@ -82,13 +89,18 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 	// release what the run held.
 	var run *running
 	if rec.Running() {
-		run = &running{exited: make(chan struct{})}
+		run = &running{exited: make(chan struct{}), exit: runtime.Exit{Status: -1, Time: time.Now().UTC()}}
 		if ch, werr := d.rt.Watch(name); werr == nil {
 			select {
-			case run.exit = <-ch:
+			case e := <-ch:
+				if e.Err == nil {
+					run.exit = e
+				}
 			case <-time.After(5 * time.Second):
 			}
 		}
+		// Unread (a reboot cleared the shim's record, say), the exit is
+		// unknown: status -1, at the time it was found out.
 		close(run.exited)
 		d.log.Info("container stopped while the daemon was down", "name", name)
 	}

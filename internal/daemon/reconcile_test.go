@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -79,7 +80,9 @@ func TestReconcileCleansUpDeadContainer(t *testing.T) {
 		{"runtime stopped", func(td *testDaemon) {
 			td.frt.exited("c1", runtime.Exit{Status: 137, Signal: "SIGKILL", Time: exitTime})
 		}, &state.Exit{Status: 137, Signal: "SIGKILL", Time: exitTime}},
-		{"runtime unknown", func(td *testDaemon) {}, nil},
+		// Nothing left to read the exit from (a reboot cleared the run
+		// directory): the exit is unknown, not a clean 0.
+		{"runtime unknown", func(td *testDaemon) {}, &state.Exit{Status: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			td := newTestDaemon(t)
@@ -106,6 +109,9 @@ func TestReconcileCleansUpDeadContainer(t *testing.T) {
 			got, _ := td.storedInstance(t, "c1")
 			if got.State != state.StateStopped || inst.record().State != state.StateStopped {
 				t.Errorf("state stored %q, in memory %q; want stopped", got.State, inst.record().State)
+			}
+			if tc.wantExit != nil && tc.wantExit.Status == -1 && got.LastExit != nil && !got.LastExit.Time.IsZero() {
+				tc.wantExit.Time = got.LastExit.Time // "when it was found out"
 			}
 			if tc.wantExit != nil && (got.LastExit == nil || *got.LastExit != *tc.wantExit) {
 				t.Errorf("last exit %+v, want %+v", got.LastExit, tc.wantExit)
@@ -260,5 +266,28 @@ func TestReconcileStoppedUnknown(t *testing.T) {
 	got, _ := td.storedInstance(t, "c1")
 	if got.State != state.StateStopped || got.LastExit != nil {
 		t.Errorf("record changed: %+v", got)
+	}
+}
+
+// TestReconcileStateError: when the runtime cannot say whether a container
+// runs, reconcile leaves it alone: cleaning it up as stopped would kill a
+// running container (runc delete --force).
+func TestReconcileStateError(t *testing.T) {
+	td := newTestDaemon(t)
+	rec := td.putInstance(t, "c1", state.StateRunning)
+	td.frt.run("c1")
+	td.fnet.attach("c1", rec.Address, true)
+	td.frt.stateErr = errors.New("runc state: exit status 1")
+
+	td.startDaemon(t)
+
+	if n := td.frt.count("Delete c1"); n != 0 {
+		t.Errorf("runtime Delete called %d times", n)
+	}
+	if attached, _ := td.fnet.isAttached("c1"); !attached {
+		t.Error("network detached")
+	}
+	if got, _ := td.storedInstance(t, "c1"); got.State != state.StateRunning {
+		t.Errorf("stored state %q, want running (untouched)", got.State)
 	}
 }

@@ -343,10 +343,10 @@ func TestRunsOnTarget(t *testing.T) {
 	}{
 		{"running", func(p *fakePeer) { p.answer(api.StatusRunning) }, true, true, false},
 		{"stopped, a stopped container's move", func(p *fakePeer) { p.answer(api.StatusStopped) }, false, true, false},
-		// The current rule: stopped there although it was to run is no
-		// answer yet, so the settle asks again (and the source copy stays
-		// frozen meanwhile).
-		{"stopped, but it was to run", func(p *fakePeer) { p.answer(api.StatusStopped) }, true, false, true},
+		// Stopped there although it was to run: it ran there and stopped
+		// since (a target shows an instance it receives Migrating until
+		// its restore is done), so the move completed.
+		{"stopped, but it was to run", func(p *fakePeer) { p.answer(api.StatusStopped) }, true, true, false},
 		{"still migrating there", func(p *fakePeer) { p.answer(StatusMigrating) }, true, false, true},
 		{"404", func(p *fakePeer) { p.notFound() }, true, false, false},
 		{"409", func(p *fakePeer) { p.fail(&client.Error{Code: 409, Message: "busy"}) }, true, false, true},
