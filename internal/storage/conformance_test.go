@@ -71,7 +71,8 @@ func fillImage(t *testing.T, d Driver, vol Volume) string {
 	p := mustCreate(t, d, vol)
 	writeFile(t, filepath.Join(p, "etc/hostname"), []byte("vessel\n"))
 	writeFile(t, filepath.Join(p, "bin/tool"), bytes.Repeat([]byte{0x7f}, 70000))
-	if err := os.Chmod(filepath.Join(p, "bin/tool"), 0o4755); err != nil {
+	// os.ModeSetuid: os.Chmod(p, 0o4755) would drop the setuid bit.
+	if err := os.Chmod(filepath.Join(p, "bin/tool"), os.ModeSetuid|0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Link(filepath.Join(p, "bin/tool"), filepath.Join(p, "bin/tool-link")); err != nil {

@@ -62,7 +62,7 @@ func validateVolume(vol Volume) error {
 	}
 	for _, e := range elems {
 		if err := validateNameElem(e); err != nil {
-			return fmt.Errorf("%s: %s: %w", vol, err, ErrInvalidVolume)
+			return fmt.Errorf("%s: %w: %w", vol, err, ErrInvalidVolume)
 		}
 	}
 	return nil
