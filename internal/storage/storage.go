@@ -136,6 +136,10 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrUnknownDriver says Config.Driver names no driver.
 	ErrUnknownDriver = errors.New("unknown storage driver")
+	// ErrTransferFormat says a stream is not a pass of the receiving
+	// driver's TransferFormat: another driver's or version's stream,
+	// garbage, a pass cut short, or a pass of another volume.
+	ErrTransferFormat = errors.New("not a pass of this driver's transfer format")
 )
 
 // Sender is implemented by drivers that can stream a read-only volume in
@@ -156,20 +160,12 @@ type Receiver interface {
 }
 
 // Manifest records what a tree sync pass sent: each entry's path (relative
-// to the volume root) and a stamp of its inode (type, size, times); a
-// later pass sends only entries whose stamp changed.
-type Manifest map[string]Stamp
+// to the volume root) and a stamp of its inode; a later pass sends only
+// entries whose stamp changed.
+type Manifest = manifest
 
-// Stamp is an entry's inode state as a tree sync compares it. The change
-// time moves on every write and metadata change, so a changed file is
-// always noticed.
-type Stamp struct {
-	Mode    uint32
-	Size    int64
-	MtimeNs int64
-	CtimeNs int64
-	Ino     uint64
-}
+// Stamp is an entry's inode state as a tree sync compares it.
+type Stamp = stamp
 
 // TreeSyncer is implemented by drivers without send streams (dir): a
 // volume moves in rsync-style passes over its live tree. Callers find it by
@@ -177,7 +173,7 @@ type Stamp struct {
 type TreeSyncer interface {
 	// SyncVolume writes to w the entries of vol that differ from prev (all
 	// of them when prev is nil) and the paths deleted since prev, as a
-	// tar stream, and returns the new manifest.
+	// tar-sync/1 pass, and returns the new manifest.
 	SyncVolume(ctx context.Context, vol Volume, prev Manifest, w io.Writer) (Manifest, error)
 	// ApplySync applies such a stream to vol, creating it if missing.
 	ApplySync(ctx context.Context, vol Volume, r io.Reader) error
