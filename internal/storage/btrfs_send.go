@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // send writes vol as a btrfs send stream to w: `btrfs send [-p PARENT]
@@ -78,35 +76,6 @@ func (b btrfsTool) stream(ctx context.Context, args []string, r io.Reader, w io.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, w, &stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("btrfs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
-}
-
-// SendVolume implements Sender with `btrfs send [-p PARENT] VOL`. Both
-// volumes must be read-only.
-func (d *btrfsDriver) SendVolume(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error {
-	return d.send(ctx, vol, parent, w)
-}
-
-// ReceiveVolume implements Receiver with `btrfs receive`.
-func (d *btrfsDriver) ReceiveVolume(ctx context.Context, vol Volume, r io.Reader) error {
-	return d.receive(ctx, vol, r)
-}
-
-// Sync implements Receiver.
-func (d *btrfsDriver) Sync(ctx context.Context) error {
-	return syncfs(d.root)
-}
-
-// syncfs flushes the filesystem holding path.
-func syncfs(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncfs %s: %w", path, err)
 	}
 	return nil
 }

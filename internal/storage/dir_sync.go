@@ -626,34 +626,3 @@ func setTimes(p string, t time.Time) error {
 	ts := unix.NsecToTimespec(t.UnixNano())
 	return unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
-
-// SyncVolume implements TreeSyncer with one tar-sync/1 pass.
-func (d *dirDriver) SyncVolume(ctx context.Context, vol Volume, prev Manifest, w io.Writer) (Manifest, error) {
-	root := d.Path(vol)
-	if err := checkExisting(vol, root); err != nil {
-		return nil, fmt.Errorf("sync %s: %w", vol, err)
-	}
-	m, err := writePass(ctx, root, prev, w)
-	if err != nil {
-		return nil, fmt.Errorf("sync %s: %w", vol, err)
-	}
-	return m, nil
-}
-
-// ApplySync implements TreeSyncer.
-func (d *dirDriver) ApplySync(ctx context.Context, vol Volume, r io.Reader) error {
-	if err := validateVolume(vol); err != nil {
-		return err
-	}
-	root := d.Path(vol)
-	if err := os.MkdirAll(root, volumeMode); err != nil {
-		return err
-	}
-	if err := applyPass(ctx, root, r); err != nil {
-		return fmt.Errorf("apply sync to %s: %w", vol, err)
-	}
-	return nil
-}
-
-// Sync implements TreeSyncer.
-func (d *dirDriver) Sync(ctx context.Context) error { return syncfs(d.root) }
