@@ -14,7 +14,8 @@ import (
 
 // runConformance checks the behaviour every Driver must have. newDriver
 // returns a driver for a fresh, unmounted pool and registers its cleanup
-// (unmount, loop devices) with t. Each subtest gets its own pool.
+// (unmount, loop devices) with t. Each subtest gets its own pool; the
+// transfer subtests (conformance_transfer_test.go) two, source and target.
 //
 // Read-only enforcement is not checked here: the dir driver does not
 // enforce it (see the btrfs tests).
@@ -47,6 +48,9 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t)) })
+	}
+	for _, tt := range transferTests {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t), mounted(t)) })
 	}
 }
 
