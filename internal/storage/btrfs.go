@@ -58,7 +58,7 @@ func newBtrfs(cfg Config) (Driver, error) {
 
 // Info implements Driver.
 func (d *btrfsDriver) Info() Info {
-	return Info{Name: "btrfs", InstantClone: true, BlockBacked: true}
+	return Info{Name: "btrfs", InstantClone: true, BlockBacked: true, TransferFormat: transferFormatBtrfs}
 }
 
 // Path implements Driver. It returns "" for an invalid volume.
@@ -186,6 +186,11 @@ func (d *btrfsDriver) BlockDevices(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return blockDevicesOf(d.root)
+}
+
+// Sync implements Driver with syncfs(2) of the pool.
+func (d *btrfsDriver) Sync(ctx context.Context) error {
+	return syncfs(d.root)
 }
 
 // checkMounted returns an error wrapping ErrNotMounted unless the pool root

@@ -9,13 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
-// SendVolume implements Sender with `btrfs send [-p PARENT] VOL`. Both
-// volumes must be read-only.
-func (d *btrfsDriver) SendVolume(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error {
+// send writes vol as a btrfs send stream to w: `btrfs send [-p PARENT]
+// VOL`, the difference from parent if not nil. Both volumes must be
+// read-only.
+func (d *btrfsDriver) send(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error {
 	if err := d.checkMounted(); err != nil {
 		return err
 	}
@@ -30,42 +29,40 @@ func (d *btrfsDriver) SendVolume(ctx context.Context, vol Volume, parent *Volume
 		args = append(args, "-p", d.Path(*parent))
 	}
 	args = append(args, d.Path(vol))
-	return d.tool.stream(ctx, args, nil, w)
-}
-
-// ReceiveVolume implements Receiver with `btrfs receive DIR`: the stream
-// creates a read-only subvolume named like the sent one in vol's directory.
-func (d *btrfsDriver) ReceiveVolume(ctx context.Context, vol Volume, r io.Reader) error {
-	path, err := d.newVolumePath(vol)
-	if err != nil {
-		return err
-	}
-	if err := d.tool.stream(ctx, []string{"receive", "-e", filepath.Dir(path)}, r, io.Discard); err != nil {
-		// A half-received subvolume is left behind by btrfs: remove it.
-		_ = d.DeleteVolume(context.WithoutCancel(ctx), vol)
-		_ = removeEmptyParent(vol, path)
-		return fmt.Errorf("receive %s: %w", vol, err)
-	}
-	if ok, _ := pathExists(path); !ok {
-		return fmt.Errorf("receive %s: the stream held another volume", vol)
+	if err := d.tool.stream(ctx, args, nil, w); err != nil {
+		return fmt.Errorf("send %s: %w", vol, err)
 	}
 	return nil
 }
 
-// Sync implements Receiver.
-func (d *btrfsDriver) Sync(ctx context.Context) error {
-	return syncfs(d.root)
-}
-
-// syncfs flushes the filesystem holding path.
-func syncfs(path string) error {
-	f, err := os.Open(path)
+// receive reads a btrfs send stream from r into the new read-only volume
+// vol with `btrfs receive -e DIR`. The stream names the subvolume it
+// creates in vol's directory: it must be vol's last name element, or
+// nothing is received (ErrTransferFormat). A failed receive leaves nothing.
+func (d *btrfsDriver) receive(ctx context.Context, vol Volume, r io.Reader) error {
+	path, err := d.newVolumePath(vol)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncfs %s: %w", path, err)
+	head, name, err := readSendHead(r)
+	if err == nil && name != filepath.Base(path) {
+		err = fmt.Errorf("the stream holds subvolume %q, want %q: %w", name, filepath.Base(path), ErrTransferFormat)
+	}
+	if err != nil {
+		_ = removeEmptyParent(vol, path)
+		return fmt.Errorf("receive %s: %w", vol, err)
+	}
+	r = io.MultiReader(bytes.NewReader(head), r)
+	if err := d.tool.stream(ctx, []string{"receive", "-e", filepath.Dir(path)}, r, io.Discard); err != nil {
+		// btrfs leaves a half-received subvolume behind: remove it.
+		if derr := d.DeleteVolume(context.WithoutCancel(ctx), vol); derr != nil {
+			err = fmt.Errorf("%w (and removing what it left: %w)", err, derr)
+		}
+		_ = removeEmptyParent(vol, path)
+		return fmt.Errorf("receive %s: %w", vol, err)
+	}
+	if ok, _ := pathExists(path); !ok {
+		return fmt.Errorf("receive %s: the stream made no subvolume %q: %w", vol, filepath.Base(path), ErrTransferFormat)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 
 // runConformance checks the behaviour every Driver must have. newDriver
 // returns a driver for a fresh, unmounted pool and registers its cleanup
-// (unmount, loop devices) with t. Each subtest gets its own pool.
+// (unmount, loop devices) with t. Each subtest gets its own pool; the
+// transfer subtests (conformance_transfer_test.go) two, source and target.
 //
 // Read-only enforcement is not checked here: the dir driver does not
 // enforce it (see the btrfs tests).
@@ -48,6 +49,9 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t)) })
 	}
+	for _, tt := range transferTests {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t), mounted(t)) })
+	}
 }
 
 var (
@@ -71,7 +75,8 @@ func fillImage(t *testing.T, d Driver, vol Volume) string {
 	p := mustCreate(t, d, vol)
 	writeFile(t, filepath.Join(p, "etc/hostname"), []byte("vessel\n"))
 	writeFile(t, filepath.Join(p, "bin/tool"), bytes.Repeat([]byte{0x7f}, 70000))
-	if err := os.Chmod(filepath.Join(p, "bin/tool"), 0o4755); err != nil {
+	// os.ModeSetuid: os.Chmod(p, 0o4755) would drop the setuid bit.
+	if err := os.Chmod(filepath.Join(p, "bin/tool"), os.ModeSetuid|0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Link(filepath.Join(p, "bin/tool"), filepath.Join(p, "bin/tool-link")); err != nil {

@@ -33,7 +33,7 @@ func newDir(cfg Config) (Driver, error) {
 
 // Info implements Driver.
 func (d *dirDriver) Info() Info {
-	return Info{Name: "dir"}
+	return Info{Name: "dir", TransferFormat: transferFormatDir}
 }
 
 // Mount implements Driver: it creates Root and the pool layout.
@@ -190,6 +190,11 @@ func (d *dirDriver) PoolUsage(ctx context.Context) (Usage, error) {
 // holding Root.
 func (d *dirDriver) BlockDevices(ctx context.Context) ([]string, error) {
 	return blockDevicesOf(d.root)
+}
+
+// Sync implements Driver with syncfs(2) of the filesystem holding Root.
+func (d *dirDriver) Sync(ctx context.Context) error {
+	return syncfs(d.root)
 }
 
 // renameNoReplace renames oldpath to newpath, failing with EEXIST if

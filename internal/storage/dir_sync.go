@@ -8,95 +8,213 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
-// metaRecord marks a regular file entry that carries only metadata (mode,
-// owner, times): its content is unchanged since the previous pass.
-const metaRecord = "VESSEL.meta"
+// A dir driver's pass (format tar-sync/1) is a PAX tar stream:
+//
+//  1. a global header whose record VESSEL.format names the format;
+//  2. an entry for each inode of the tree that is new or changed since the
+//     previous pass, parents before children: a directory, a regular file
+//     (whole, or only its metadata when marked VESSEL.meta), a symlink, a
+//     hard link to an earlier entry of the same pass, a device or a fifo;
+//  3. global headers whose record VESSEL.deleted lists, NUL separated, the
+//     paths deleted since the previous pass (not those inside a deleted
+//     directory), at most deletedChunk bytes each;
+//  4. a global header with the record VESSEL.end: tar alone cannot tell a
+//     stream cut between two entries from a whole one.
+const (
+	transferFormatDir = "tar-sync/1"
+	formatRecord      = "VESSEL.format"
+	metaRecord        = "VESSEL.meta"
+	deletedRecord     = "VESSEL.deleted"
+	endRecord         = "VESSEL.end"
+	// deletedChunk bounds one list of deleted paths, well below the 1 MiB
+	// Go's tar reader accepts in one PAX header.
+	deletedChunk = 256 << 10
+)
 
-// deletedRecord is the PAX record of a sync stream's trailing global
-// header that lists, newline separated, the paths deleted since the
-// previous pass.
-const deletedRecord = "VESSEL.deleted"
+// manifest records what the passes so far sent: each entry's path
+// (relative to the volume root, "" for the root) and a stamp of its inode;
+// the next pass sends only entries whose stamp changed.
+type manifest map[string]stamp
 
-// SyncVolume implements TreeSyncer: a walk of the live tree, a tar entry
-// for each new or changed inode (hard links within the pass as links),
-// then a global header listing what disappeared.
-func (d *dirDriver) SyncVolume(ctx context.Context, vol Volume, prev Manifest, w io.Writer) (Manifest, error) {
-	root := d.Path(vol)
-	if err := checkExisting(vol, root); err != nil {
-		return nil, fmt.Errorf("sync %s: %w", vol, err)
-	}
+// stamp is an entry's inode state as a pass compares it. The change time
+// moves on every write and metadata change, so a changed file is always
+// noticed. The zero stamp marks an entry sent incompletely (it changed
+// while being read): it never matches, so the next pass sends it again.
+type stamp struct {
+	Mode    uint32
+	Size    int64
+	MtimeNs int64
+	CtimeNs int64
+	Ino     uint64
+}
+
+// errChanged says a file changed while a pass read it; the pass went on.
+var errChanged = errors.New("changed while being sent")
+
+// writePass writes a pass of the tree at root to w: everything that
+// differs from prev (all of it when prev is nil). It returns the manifest
+// of what it sent.
+func writePass(ctx context.Context, root string, prev manifest, w io.Writer) (manifest, error) {
 	tw := tar.NewWriter(w)
-	cur := Manifest{}
-	links := map[uint64]string{} // inode -> first path sent in this pass
-	err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // deleted while we walk: the next pass says so
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if rel == "." {
-			rel = ""
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil
-			}
-			return err
-		}
-		stamp := Stamp{Mode: st.Mode, Size: st.Size, MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Ino: st.Ino}
-		cur[rel] = stamp
-		old, seen := prev[rel]
-		if seen && old == stamp {
-			return nil
-		}
-		// rsync's quick check: the same inode, size and modification time
-		// mean the same content; only metadata changed.
-		metaOnly := seen && old.Ino == stamp.Ino && old.Size == stamp.Size && old.MtimeNs == stamp.MtimeNs &&
-			st.Mode&unix.S_IFMT == unix.S_IFREG
-		return writeEntry(tw, path, rel, &st, links, metaOnly)
-	})
+	if err := writeRecord(tw, formatRecord, transferFormatDir); err != nil {
+		return nil, err
+	}
+	cur, err := writeChanges(ctx, tw, root, prev)
 	if err != nil {
-		return nil, fmt.Errorf("sync %s: %w", vol, err)
+		return nil, err
 	}
-	var deleted []string
-	for p := range prev {
-		if _, ok := cur[p]; !ok {
-			deleted = append(deleted, p)
-		}
-	}
-	sort.Strings(deleted)
-	if len(deleted) > 0 {
-		hdr := &tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "deleted",
-			PAXRecords: map[string]string{deletedRecord: strings.Join(deleted, "\n")}}
-		if err := tw.WriteHeader(hdr); err != nil {
+	for _, chunk := range chunkPaths(deletedSince(prev, cur), deletedChunk) {
+		if err := writeRecord(tw, deletedRecord, chunk); err != nil {
 			return nil, err
 		}
+	}
+	if err := writeRecord(tw, endRecord, "1"); err != nil {
+		return nil, err
 	}
 	return cur, tw.Close()
 }
 
-// writeEntry writes one inode of the tree as a tar entry.
-func writeEntry(tw *tar.Writer, path, rel string, st *unix.Stat_t, links map[uint64]string, metaOnly bool) error {
-	name := "./" + rel
-	hdr := &tar.Header{
-		Name: name, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
-		ModTime: time.Unix(st.Mtim.Unix()), Format: tar.FormatPAX,
+// writeRecord writes a global header holding one PAX record.
+func writeRecord(tw *tar.Writer, key, value string) error {
+	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "vessel", PAXRecords: map[string]string{key: value}})
+}
+
+// writeChanges walks the live tree at root and writes an entry for each
+// inode whose stamp differs from prev. Entries that disappear during the
+// walk are skipped: the next pass reports them deleted. Regular files with
+// several links go last, as groups (see linkGroup).
+func writeChanges(ctx context.Context, tw *tar.Writer, root string, prev manifest) (manifest, error) {
+	cur := manifest{}
+	groups := linkGroups{}
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return skipVanished(err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			rel = ""
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return skipVanished(err)
+		}
+		s := stamp{Mode: st.Mode, Size: st.Size, MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Ino: st.Ino}
+		old, seen := prev[rel]
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+			groups.add(p, rel, &st, s, !seen || old != s)
+			return nil
+		}
+		cur[rel] = s
+		if seen && old == s {
+			return nil
+		}
+		err = writeEntry(tw, p, rel, &st, metaOnly(old, seen, &st))
+		if errors.Is(err, errChanged) {
+			cur[rel] = stamp{}
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return cur, groups.write(tw, cur)
+}
+
+// A linkGroup is the paths of one multiply-linked regular file found in a
+// pass. If any of them changed, all are sent: the first whole, the others
+// as hard links to it; and all get the stamp of the first one found, the
+// oldest. Stamps taken one by one could differ if the file changed during
+// the walk, and a later pass would then send the file anew (a new inode on
+// the target) under some of its paths but not the others.
+type linkGroup struct {
+	paths   []string // host paths, in walk order
+	rels    []string
+	st      unix.Stat_t // of the first path
+	stamp   stamp
+	changed bool
+}
+
+// linkGroups are a pass's link groups by inode, in walk order.
+type linkGroups struct {
+	order []uint64
+	byIno map[uint64]*linkGroup
+}
+
+// add adds a path to its inode's group.
+func (gs *linkGroups) add(p, rel string, st *unix.Stat_t, s stamp, changed bool) {
+	g := gs.byIno[st.Ino]
+	if g == nil {
+		if gs.byIno == nil {
+			gs.byIno = map[uint64]*linkGroup{}
+		}
+		g = &linkGroup{st: *st, stamp: s}
+		gs.byIno[st.Ino] = g
+		gs.order = append(gs.order, st.Ino)
+	}
+	g.paths, g.rels = append(g.paths, p), append(g.rels, rel)
+	g.changed = g.changed || changed
+}
+
+// write writes the entries of the groups that changed and records every
+// group's paths in cur.
+func (gs *linkGroups) write(tw *tar.Writer, cur manifest) error {
+	for _, ino := range gs.order {
+		g := gs.byIno[ino]
+		if g.changed {
+			err := writeEntry(tw, g.paths[0], g.rels[0], &g.st, false)
+			if errors.Is(err, errChanged) {
+				g.stamp = stamp{}
+			} else if err != nil {
+				return err
+			}
+			for _, rel := range g.rels[1:] {
+				if err := writeLink(tw, rel, g.rels[0], &g.st); err != nil {
+					return err
+				}
+			}
+		}
+		for _, rel := range g.rels {
+			cur[rel] = g.stamp
+		}
+	}
+	return nil
+}
+
+// skipVanished ignores an error saying an entry is gone.
+func skipVanished(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// metaOnly reports whether a changed entry needs only its metadata sent:
+// rsync's quick check (the same inode, size and modification time mean the
+// same content) on a regular file with one link (one with more goes as a
+// link group).
+func metaOnly(old stamp, seen bool, st *unix.Stat_t) bool {
+	return seen && old.Ino == st.Ino && old.Size == st.Size && old.MtimeNs == st.Mtim.Nano() &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1
+}
+
+// writeEntry writes one inode of the tree as a tar entry. It returns
+// errChanged if a regular file changed so that its content could not be
+// sent as announced (it was padded with zeros).
+func writeEntry(tw *tar.Writer, p, rel string, st *unix.Stat_t, metaOnly bool) error {
+	hdr := entryHeader(rel, st)
 	if metaOnly {
 		hdr.Typeflag = tar.TypeReg
 		hdr.PAXRecords = map[string]string{metaRecord: "1"}
@@ -106,19 +224,12 @@ func writeEntry(tw *tar.Writer, path, rel string, st *unix.Stat_t, links map[uin
 	case unix.S_IFDIR:
 		hdr.Typeflag = tar.TypeDir
 	case unix.S_IFLNK:
-		target, err := os.Readlink(path)
+		target, err := os.Readlink(p)
 		if err != nil {
-			return err
+			return skipVanished(err)
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 	case unix.S_IFREG:
-		if st.Nlink > 1 {
-			if first, ok := links[st.Ino]; ok {
-				hdr.Typeflag, hdr.Linkname = tar.TypeLink, "./"+first
-				return tw.WriteHeader(hdr)
-			}
-			links[st.Ino] = rel
-		}
 		hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 	case unix.S_IFCHR, unix.S_IFBLK:
 		hdr.Typeflag = tar.TypeChar
@@ -137,115 +248,330 @@ func writeEntry(tw *tar.Writer, path, rel string, st *unix.Stat_t, links map[uin
 	if hdr.Typeflag != tar.TypeReg {
 		return nil
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	// A file that grows while we copy it is sent at the size we announced;
-	// the next pass sees its new stamp and sends it again.
-	_, err = io.CopyN(tw, f, hdr.Size)
-	if errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s shrank while being sent", rel)
-	}
-	return err
+	return writeContent(tw, p, st)
 }
 
-// ApplySync implements TreeSyncer.
-func (d *dirDriver) ApplySync(ctx context.Context, vol Volume, r io.Reader) error {
-	if err := validateVolume(vol); err != nil {
+// writeLink writes an entry making rel a hard link to first, sent earlier
+// in the pass.
+func writeLink(tw *tar.Writer, rel, first string, st *unix.Stat_t) error {
+	hdr := entryHeader(rel, st)
+	hdr.Typeflag, hdr.Linkname = tar.TypeLink, "./"+first
+	return tw.WriteHeader(hdr)
+}
+
+// entryHeader returns the header of rel with st's metadata.
+func entryHeader(rel string, st *unix.Stat_t) *tar.Header {
+	return &tar.Header{
+		Name: "./" + rel, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
+		ModTime: time.Unix(st.Mtim.Unix()), Format: tar.FormatPAX,
+	}
+}
+
+// writeContent writes the st.Size bytes of the regular file at p. A file
+// that grows while we copy it is sent at the size announced; one that
+// shrank, vanished or was replaced is padded with zeros (errChanged). The
+// next pass sees its new stamp and sends it again.
+func writeContent(w io.Writer, p string, st *unix.Stat_t) error {
+	// O_NONBLOCK: if p became a fifo, opening it must not wait for a writer.
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	var n int64
+	if err == nil {
+		f := os.NewFile(uintptr(fd), p)
+		var now unix.Stat_t
+		if err = unix.Fstat(fd, &now); err == nil && now.Ino != st.Ino {
+			err = errChanged
+		}
+		if err == nil {
+			n, err = io.CopyN(w, f, st.Size)
+		}
+		f.Close()
+	}
+	if err == nil {
+		return nil
+	}
+	// ENOENT: it vanished; ELOOP: a symlink now; ENXIO: a socket now.
+	if !errors.Is(err, io.EOF) && !errors.Is(err, errChanged) && !errors.Is(err, unix.ENOENT) &&
+		!errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if _, err := io.CopyN(w, zeros{}, st.Size-n); err != nil {
 		return err
 	}
-	root := d.Path(vol)
-	if err := os.MkdirAll(root, volumeMode); err != nil {
-		return err
+	return errChanged
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}
+
+// deletedSince returns, sorted, the paths in prev but not in cur, leaving
+// out those inside a deleted directory (deleting it deletes them).
+func deletedSince(prev, cur manifest) []string {
+	gone := func(p string) bool {
+		_, had := prev[p]
+		_, has := cur[p]
+		return had && !has
 	}
+	var deleted []string
+outer:
+	for p := range prev {
+		if !gone(p) {
+			continue
+		}
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if gone(dir) {
+				continue outer
+			}
+		}
+		deleted = append(deleted, p)
+	}
+	sort.Strings(deleted)
+	return deleted
+}
+
+// chunkPaths joins paths with NUL (the one byte no path holds) into
+// strings of at most max bytes (a longer path goes alone).
+func chunkPaths(paths []string, max int) []string {
+	var chunks []string
+	var b strings.Builder
+	for _, p := range paths {
+		if b.Len() > 0 && b.Len()+1+len(p) > max {
+			chunks = append(chunks, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(p)
+	}
+	if b.Len() > 0 {
+		chunks = append(chunks, b.String())
+	}
+	return chunks
+}
+
+// applyPass reads a pass from r and applies it to the tree at root, which
+// exists. A stream that is not a tar-sync/1 pass, or one cut short, gives
+// an error wrapping ErrTransferFormat.
+func applyPass(ctx context.Context, root string, r io.Reader) error {
 	tr := tar.NewReader(r)
-	var dirs []*tar.Header
+	if err := readFormat(tr); err != nil {
+		return err
+	}
+	a := &applier{root: root, touched: map[string]unix.Timespec{}}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return fmt.Errorf("pass cut short (no end record): %w", ErrTransferFormat)
 		}
 		if err != nil {
-			return fmt.Errorf("apply sync to %s: %w", vol, err)
+			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if hdr.Typeflag == tar.TypeXGlobalHeader {
-			if err := applyDeletes(root, hdr.PAXRecords[deletedRecord]); err != nil {
-				return err
+		if hdr.Typeflag != tar.TypeXGlobalHeader {
+			if err := a.entry(hdr, tr); err != nil {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 			continue
 		}
-		if err := applyEntry(root, hdr, tr); err != nil {
-			return fmt.Errorf("apply sync to %s: %s: %w", vol, hdr.Name, err)
+		if _, end := hdr.PAXRecords[endRecord]; end {
+			break
 		}
-		if hdr.Typeflag == tar.TypeDir {
-			dirs = append(dirs, hdr)
+		if err := a.deletes(hdr.PAXRecords[deletedRecord]); err != nil {
+			return err
 		}
 	}
-	// Directory times last: creating their entries changed them.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		p, err := securejoin.SecureJoin(root, dirs[i].Name)
+	// The tar trailer: read it, so a sender writing it is not left blocked.
+	switch _, err := tr.Next(); {
+	case err == nil:
+		return fmt.Errorf("entries after the end record: %w", ErrTransferFormat)
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("after the end record: %w", err)
+	}
+	return a.setDirTimes()
+}
+
+// readFormat reads a pass's first header, which names its format.
+func readFormat(tr *tar.Reader) error {
+	hdr, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("empty stream: %w", ErrTransferFormat)
+	}
+	if err != nil {
+		return fmt.Errorf("not a %s pass: %w: %w", transferFormatDir, ErrTransferFormat, err)
+	}
+	if got := hdr.PAXRecords[formatRecord]; hdr.Typeflag != tar.TypeXGlobalHeader || got != transferFormatDir {
+		return fmt.Errorf("not a %s pass (format %q): %w", transferFormatDir, got, ErrTransferFormat)
+	}
+	return nil
+}
+
+// applier applies the entries and deletions of one pass to the tree at
+// root, then gives directories their times: the pass's directory entries
+// theirs, and the directories it changed without an entry for them (a
+// file replaced in a directory that did not change on the source) back
+// the times they had.
+type applier struct {
+	root    string
+	dirs    []*tar.Header            // directory entries, in stream order
+	touched map[string]unix.Timespec // directory -> its mtime before the pass changed it
+}
+
+// entry applies one entry.
+func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
+	p, err := entryPath(a.root, hdr.Name)
+	if err != nil {
+		return err
+	}
+	if hdr.PAXRecords[metaRecord] != "" {
+		return applyMeta(p, hdr)
+	}
+	if p != a.root {
+		if err := a.touch(filepath.Dir(p)); err != nil {
+			return err
+		}
+	}
+	if hdr.Typeflag == tar.TypeDir {
+		a.dirs = append(a.dirs, hdr)
+	}
+	return applyEntry(a.root, p, hdr, r)
+}
+
+// touch records dir's modification time before the pass first changes it.
+func (a *applier) touch(dir string) error {
+	if _, ok := a.touched[dir]; ok {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return &fs.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	a.touched[dir] = st.Mtim
+	return nil
+}
+
+// deletes removes the NUL-separated paths in list. A path whose parent is
+// gone or no longer a directory is gone already.
+func (a *applier) deletes(list string) error {
+	if list == "" {
+		return nil
+	}
+	for _, rel := range strings.Split(list, "\x00") {
+		p, err := entryPath(a.root, rel)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || p == a.root {
+			continue
+		}
 		if err == nil {
-			_ = unix.Lutimes(p, []unix.Timeval{unix.NsecToTimeval(dirs[i].ModTime.UnixNano()), unix.NsecToTimeval(dirs[i].ModTime.UnixNano())})
+			err = a.touch(filepath.Dir(p))
+		}
+		if err == nil {
+			err = os.RemoveAll(p)
+		}
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", rel, err)
 		}
 	}
 	return nil
 }
 
-// applyEntry creates or replaces one entry under root; paths resolve inside
-// root whatever symlinks the tree holds.
-func applyEntry(root string, hdr *tar.Header, r io.Reader) error {
-	p, err := securejoin.SecureJoin(root, hdr.Name)
+// setDirTimes restores the times of the directories the pass changed, then
+// sets those of its directory entries, last entry first.
+func (a *applier) setDirTimes() error {
+	for dir, mtime := range a.touched {
+		err := unix.UtimesNanoAt(unix.AT_FDCWD, dir, []unix.Timespec{mtime, mtime}, unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return &fs.PathError{Op: "utimensat", Path: dir, Err: err}
+		}
+	}
+	for i := len(a.dirs) - 1; i >= 0; i-- {
+		p, err := entryPath(a.root, a.dirs[i].Name)
+		if err == nil {
+			err = setTimes(p, a.dirs[i].ModTime)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.dirs[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// entryPath returns the path of the tar entry name under root, without
+// resolving its last element. Every element before it must be a directory,
+// not a symlink, as the sender's walk found it: nothing is ever written
+// or deleted through a symlink the tree holds.
+func entryPath(root, name string) (string, error) {
+	rel := strings.TrimPrefix(path.Clean("/"+name), "/")
+	if rel == "" {
+		return root, nil
+	}
+	elems := strings.Split(rel, "/")
+	p := root
+	for _, e := range elems[:len(elems)-1] {
+		p = filepath.Join(p, e)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return "", err
+		}
+		if !fi.IsDir() {
+			return "", &fs.PathError{Op: "lookup", Path: p, Err: unix.ENOTDIR}
+		}
+	}
+	return filepath.Join(p, elems[len(elems)-1]), nil
+}
+
+// applyMeta gives the regular file at p the metadata of a metadata-only
+// entry.
+func applyMeta(p string, hdr *tar.Header) error {
+	fi, err := os.Lstat(p)
 	if err != nil {
 		return err
 	}
-	mode := os.FileMode(hdr.Mode & 0o7777)
-	if hdr.PAXRecords[metaRecord] != "" {
-		return setMeta(p, hdr, mode)
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("metadata of a regular file for a %s: %w", fi.Mode().Type(), ErrTransferFormat)
 	}
-	if p != root {
-		// Replace what is there unless it is a directory staying one.
-		if fi, err := os.Lstat(p); err == nil && !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
-			if err := os.RemoveAll(p); err != nil {
-				return err
-			}
-		}
-		if err := os.MkdirAll(filepath.Dir(p), volumeMode); err != nil {
+	return setMeta(p, hdr)
+}
+
+// applyEntry creates or replaces the entry at p.
+func applyEntry(root, p string, hdr *tar.Header, r io.Reader) error {
+	// Replace what is there unless it is a directory staying one.
+	if fi, err := os.Lstat(p); err == nil && p != root && !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
+		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
 	}
+	done, err := createEntry(root, p, hdr, r)
+	if err != nil || done {
+		return err
+	}
+	return setMeta(p, hdr)
+}
+
+// createEntry creates the inode of one entry at p. done says the entry
+// needs no metadata set (a hard link, a type this format skips).
+func createEntry(root, p string, hdr *tar.Header, r io.Reader) (done bool, err error) {
+	mode := uint32(hdr.Mode & 0o7777)
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+		if err := os.Mkdir(p, os.FileMode(mode)); err != nil && !errors.Is(err, fs.ErrExist) {
+			return false, err
 		}
 	case tar.TypeReg:
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, mode)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(f, r)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
+		return false, createFile(p, os.FileMode(mode), r)
 	case tar.TypeSymlink:
-		if err := os.Symlink(hdr.Linkname, p); err != nil {
-			return err
-		}
-		return os.Lchown(p, hdr.Uid, hdr.Gid)
+		return false, os.Symlink(hdr.Linkname, p)
 	case tar.TypeLink:
-		target, err := securejoin.SecureJoin(root, hdr.Linkname)
+		target, err := entryPath(root, hdr.Linkname)
 		if err != nil {
-			return err
+			return false, err
 		}
-		return os.Link(target, p)
+		return true, os.Link(target, p)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		kind := uint32(unix.S_IFIFO)
 		if hdr.Typeflag == tar.TypeChar {
@@ -254,46 +580,49 @@ func applyEntry(root string, hdr *tar.Header, r io.Reader) error {
 			kind = unix.S_IFBLK
 		}
 		dev := int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
-		if err := unix.Mknod(p, kind|uint32(mode), dev); err != nil {
-			return err
+		if err := unix.Mknod(p, kind|mode, dev); err != nil {
+			return false, &fs.PathError{Op: "mknod", Path: p, Err: err}
 		}
 	default:
-		return nil
+		return true, nil
 	}
-	return setMeta(p, hdr, mode)
+	return false, nil
 }
 
-// setMeta gives an entry its owner, mode and modification time.
-func setMeta(p string, hdr *tar.Header, mode os.FileMode) error {
+// createFile creates the regular file p (which must not exist) with the
+// content r holds.
+func createFile(p string, mode os.FileMode, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// setMeta gives an entry its owner, mode and modification time; p's last
+// element is never followed if it is a symlink.
+func setMeta(p string, hdr *tar.Header) error {
 	if err := os.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
 		return err
 	}
-	// chown clears setuid bits: the mode goes after it.
-	if err := os.Chmod(p, mode); err != nil {
-		return err
-	}
-	t := unix.NsecToTimeval(hdr.ModTime.UnixNano())
-	return unix.Lutimes(p, []unix.Timeval{t, t})
-}
-
-// applyDeletes removes the listed paths (children before parents).
-func applyDeletes(root, list string) error {
-	if list == "" {
-		return nil
-	}
-	paths := strings.Split(list, "\n")
-	sort.Sort(sort.Reverse(sort.StringSlice(paths)))
-	for _, rel := range paths {
-		p, err := securejoin.SecureJoin(root, rel)
-		if err != nil || p == root {
-			continue
-		}
-		if err := os.RemoveAll(p); err != nil {
-			return err
+	// chown clears setuid bits: the mode goes after it. A symlink has no
+	// mode of its own. (unix.Chmod, not os.Chmod: os.FileMode(0o4755)
+	// would lose the setuid bit.)
+	if hdr.Typeflag != tar.TypeSymlink {
+		if err := unix.Chmod(p, uint32(hdr.Mode&0o7777)); err != nil {
+			return &fs.PathError{Op: "chmod", Path: p, Err: err}
 		}
 	}
-	return nil
+	return setTimes(p, hdr.ModTime)
 }
 
-// Sync implements TreeSyncer.
-func (d *dirDriver) Sync(ctx context.Context) error { return syncfs(d.root) }
+// setTimes sets p's access and modification times to t, to the
+// nanosecond, without following a symlink.
+func setTimes(p string, t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
+}

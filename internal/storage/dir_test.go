@@ -36,7 +36,7 @@ func TestDirOnBtrfsConformance(t *testing.T) {
 }
 
 func TestDirInfo(t *testing.T) {
-	if got := newDirPool(t).Info(); got != (Info{Name: "dir"}) {
+	if got := newDirPool(t).Info(); got != (Info{Name: "dir", TransferFormat: "tar-sync/1"}) {
 		t.Errorf("Info = %+v", got)
 	}
 }

@@ -14,4 +14,8 @@ var (
 	ErrInvalidConfig = errors.New("invalid storage configuration")
 	// ErrNotMounted says the pool must be mounted (Mount) first.
 	ErrNotMounted = errors.New("storage pool not mounted")
+	// ErrTransferState says a VolumeSender or VolumeReceiver was called out
+	// of order: a pass after Close, Commit or a failed pass, a second pass
+	// of a snapshot volume, a Commit without a pass.
+	ErrTransferState = errors.New("transfer call out of order")
 )

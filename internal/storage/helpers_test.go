@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -163,5 +165,43 @@ func writeFile(t *testing.T, path string, content []byte) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// must fails the test on an error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transferListing is treeListing with every entry's modification time.
+func transferListing(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := treeListing(t, root)
+	for rel := range out {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(root, rel), &st); err != nil {
+			t.Fatal(err)
+		}
+		out[rel] += fmt.Sprintf(" mtime=%d", st.Mtim.Nano())
+	}
+	return out
+}
+
+// checkSameTree fails the test unless the trees at want and got are equal.
+func checkSameTree(t *testing.T, what, want, got string) {
+	t.Helper()
+	w, g := transferListing(t, want), transferListing(t, got)
+	for _, p := range slices.Sorted(maps.Keys(w)) {
+		if g[p] != w[p] {
+			t.Errorf("%s: %q: source %q, target %q", what, p, w[p], g[p])
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(g)) {
+		if _, ok := w[p]; !ok {
+			t.Errorf("%s: %q: only on the target: %q", what, p, g[p])
+		}
 	}
 }

@@ -16,11 +16,23 @@
 //   - Clone: a new volume whose content starts as a copy of another. On btrfs
 //     this is a subvolume snapshot (constant time, copy-on-write); on dir it is
 //     a full copy.
+//   - Transfer: moving a container or snapshot volume to another host's pool
+//     (live migration). A VolumeSender on this host writes passes, a
+//     VolumeReceiver on the other host applies them; both pools' drivers have
+//     the same Info.TransferFormat.
+//   - Pass: one stream of a transfer, in the driver's own format. The first
+//     carries the whole volume (or its difference from a base snapshot the
+//     receiver already has), each later one what changed since the pass
+//     before. On btrfs a pass is a btrfs send stream of a read-only transfer
+//     snapshot (snapshots/CONTAINER/.migrate-I); on dir a tar stream of the
+//     entries of the live tree that changed.
 //
 // Every pool lays its volumes out the same way under its root:
 // images/NAME, containers/NAME, snapshots/CONTAINER/SNAP and
-// checkpoints/CONTAINER/SNAP. Names are
-// checked (ErrInvalidVolume), so no volume can reach outside its directory.
+// checkpoints/CONTAINER/SNAP; a driver's transfer leftovers are named
+// snapshots/CONTAINER/.migrate-* (user snapshot names are DNS labels, so
+// they never collide). Names are checked (ErrInvalidVolume), so no volume
+// can reach outside its directory.
 //
 // Drivers are listed in one map of constructors (see drivers.go). Callers test
 // a driver's capabilities in Info, never its name. A driver that cannot work
@@ -65,6 +77,10 @@ type Info struct {
 	// BlockBacked is true when the pool lives on block devices that
 	// BlockDevices can name (used for block I/O limits).
 	BlockBacked bool
+	// TransferFormat names the stream format of the driver's volume transfers
+	// (e.g. "btrfs-send/1", "tar-sync/1"); a volume moves between two hosts
+	// whose drivers have the same format. Callers compare formats, never names.
+	TransferFormat string
 }
 
 // Usage is a pool's or a volume's space accounting, in bytes.
@@ -124,6 +140,62 @@ type Driver interface {
 	// Info has BlockBacked false may return the devices of the filesystem
 	// holding Root.
 	BlockDevices(ctx context.Context) ([]string, error)
+	// Sync makes everything written to the pool durable (syncfs of the pool).
+	Sync(ctx context.Context) error
+	// NewSender prepares sending vol (a container or snapshot volume) to
+	// another host. base, if not nil, is a snapshot volume the receiver
+	// already has (received earlier in the same transfer): the first pass
+	// of a container volume may be sent as its difference from base.
+	NewSender(vol Volume, base *Volume) (VolumeSender, error)
+	// NewReceiver prepares receiving vol from a sender with the same
+	// TransferFormat. vol must not exist yet. The receiver's volume may have
+	// another container name than the sender's, but a snapshot volume keeps
+	// its SNAP name (btrfs streams carry it).
+	NewReceiver(vol Volume) (VolumeReceiver, error)
+	// DropTransfers removes whatever interrupted transfers of container
+	// `name` left in the pool, on either end (after a daemon crash).
+	// Nothing left is not an error. It never removes the container's own
+	// volume, nor a volume a receiver was filling (the caller knows which
+	// end it was and deletes that volume itself).
+	DropTransfers(ctx context.Context, name string) error
+}
+
+// A VolumeSender sends one volume in passes. The first pass carries the
+// whole volume (or its difference from base); each later pass what changed
+// since the pass before, deletions included. A container volume may change
+// between passes (pre-copy of a running container); the caller makes the
+// last pass while it does not. A snapshot volume is read-only: one pass sends it.
+//
+// A failed pass ends the transfer: only Close may follow. A VolumeSender is
+// used by one goroutine at a time.
+type VolumeSender interface {
+	// SendPass writes the next pass to w.
+	SendPass(ctx context.Context, w io.Writer) error
+	// Close releases what the passes kept on this end (btrfs: its transfer
+	// snapshots). Safe to call more than once. It runs to the end even if
+	// ctx is cancelled (it is cleanup).
+	Close(ctx context.Context) error
+}
+
+// A VolumeReceiver applies a sender's passes.
+//
+// A failed pass removes what it half applied (on dir that is the whole
+// volume, which can no longer be completed) and ends the transfer: only
+// Close may follow. A VolumeReceiver is used by one goroutine at a time.
+type VolumeReceiver interface {
+	// ReceivePass reads one pass from r and applies it. It does not sync:
+	// the caller calls Driver.Sync before it acknowledges (so data is on
+	// the target's disk before the source freezes). A stream that is not
+	// a pass of this driver's TransferFormat gives an error wrapping
+	// ErrTransferFormat.
+	ReceivePass(ctx context.Context, r io.Reader) error
+	// Commit makes vol from the passes received: a container volume becomes
+	// a writable tree; a snapshot volume ends read-only.
+	Commit(ctx context.Context) error
+	// Close removes the passes' leftovers on this end; without a successful
+	// Commit it also removes vol, so a failed receive leaves nothing. Safe
+	// to call more than once. It runs to the end even if ctx is cancelled.
+	Close(ctx context.Context) error
 }
 
 // Errors returned by drivers, wrapped with what was being done.
@@ -136,51 +208,8 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	// ErrUnknownDriver says Config.Driver names no driver.
 	ErrUnknownDriver = errors.New("unknown storage driver")
+	// ErrTransferFormat says a stream is not a pass of the receiving
+	// driver's TransferFormat: another driver's or version's stream,
+	// garbage, a pass cut short, or a pass of another volume.
+	ErrTransferFormat = errors.New("not a pass of this driver's transfer format")
 )
-
-// Sender is implemented by drivers that can stream a read-only volume in
-// their native format (btrfs send), whole or as the difference from a
-// parent volume the receiver already has. Callers find it by type
-// assertion.
-type Sender interface {
-	SendVolume(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error
-}
-
-// Receiver is the other end of Sender: it reads a stream made by a driver
-// of the same kind into a new read-only volume vol (whose last name
-// element must be the sent volume's), and can force received data to disk.
-type Receiver interface {
-	ReceiveVolume(ctx context.Context, vol Volume, r io.Reader) error
-	// Sync makes everything written to the pool durable (syncfs).
-	Sync(ctx context.Context) error
-}
-
-// Manifest records what a tree sync pass sent: each entry's path (relative
-// to the volume root) and a stamp of its inode (type, size, times); a
-// later pass sends only entries whose stamp changed.
-type Manifest map[string]Stamp
-
-// Stamp is an entry's inode state as a tree sync compares it. The change
-// time moves on every write and metadata change, so a changed file is
-// always noticed.
-type Stamp struct {
-	Mode    uint32
-	Size    int64
-	MtimeNs int64
-	CtimeNs int64
-	Ino     uint64
-}
-
-// TreeSyncer is implemented by drivers without send streams (dir): a
-// volume moves in rsync-style passes over its live tree. Callers find it by
-// type assertion.
-type TreeSyncer interface {
-	// SyncVolume writes to w the entries of vol that differ from prev (all
-	// of them when prev is nil) and the paths deleted since prev, as a
-	// tar stream, and returns the new manifest.
-	SyncVolume(ctx context.Context, vol Volume, prev Manifest, w io.Writer) (Manifest, error)
-	// ApplySync applies such a stream to vol, creating it if missing.
-	ApplySync(ctx context.Context, vol Volume, r io.Reader) error
-	// Sync makes everything written to the pool durable.
-	Sync(ctx context.Context) error
-}

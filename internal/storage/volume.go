@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pool layout: every driver keeps its volumes under its root as
@@ -62,7 +64,7 @@ func validateVolume(vol Volume) error {
 	}
 	for _, e := range elems {
 		if err := validateNameElem(e); err != nil {
-			return fmt.Errorf("%s: %s: %w", vol, err, ErrInvalidVolume)
+			return fmt.Errorf("%s: %w: %w", vol, err, ErrInvalidVolume)
 		}
 	}
 	return nil
@@ -182,4 +184,17 @@ func volumeUsage(ctx context.Context, root string, vol Volume) (uint64, error) {
 		return 0, fmt.Errorf("volume usage: %w", err)
 	}
 	return treeUsage(ctx, path)
+}
+
+// syncfs flushes the filesystem holding path.
+func syncfs(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", path, err)
+	}
+	return nil
 }
