@@ -1,14 +1,12 @@
 package daemon
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/state"
-	"github.com/vesselhost/vessel/internal/storage"
 )
 
 // Migration tuning.
@@ -18,17 +16,9 @@ const (
 	// precopyDoneBytes ends pre-copy once a pass moved less than this: the
 	// last increment, sent while frozen, is then small.
 	precopyDoneBytes = 4 << 20
-	// migrateSnapPrefix names the pre-copy snapshots; user snapshot names
-	// are DNS labels, so they can never collide.
-	migrateSnapPrefix = ".migrate-"
 	// StatusMigrating is an instance's busy status during a migration.
 	StatusMigrating = "Migrating"
 )
-
-// migrateSnapshot is the volume of pre-copy pass i of an instance.
-func migrateSnapshot(name string, i int) storage.Volume {
-	return storage.Volume{Type: storage.VolumeSnapshot, Name: fmt.Sprintf("%s/%s%d", name, migrateSnapPrefix, i)}
-}
 
 // migrationDir holds a migration's checkpoint images and CRIU work files.
 func (d *Daemon) migrationDir(name string) string {

@@ -191,13 +191,11 @@ func (d *Daemon) releaseLazyDump(name, addr string) {
 	}
 }
 
-// dropTransfers deletes the pre-copy snapshots of an instance (sent on the
-// source, received on the target).
+// dropTransfers deletes what interrupted disk transfers of an instance
+// left in the pool (sent on the source, received on the target).
 func (d *Daemon) dropTransfers(ctx context.Context, name string) {
-	for i := 0; i <= precopyMaxIterations+1; i++ {
-		if err := d.storage.DeleteVolume(ctx, migrateSnapshot(name, i)); err != nil {
-			d.log.Warn("delete transfer snapshot", "name", name, "pass", i, "err", err)
-		}
+	if err := d.storage.DropTransfers(ctx, name); err != nil {
+		d.log.Warn("delete transfer leftovers", "name", name, "err", err)
 	}
 }
 

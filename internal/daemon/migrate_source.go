@@ -59,11 +59,6 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 			return nil, err
 		}
 	}
-	_, sends := d.storage.(storage.Sender)
-	_, syncs := d.storage.(storage.TreeSyncer)
-	if !sends && !syncs {
-		return nil, errorf(ErrConflict, "the %s storage driver cannot send volumes to another host", d.storage.Info().Name)
-	}
 	desc := "Moving instance"
 	if req.Copy {
 		desc = "Copying instance"
@@ -87,16 +82,15 @@ type migrationSource struct {
 	req    api.InstanceMigratePost
 	sess   *migration.Session
 	timing api.MigrationTiming
-	// snaps are the pre-copy snapshots sent so far (deleted at the end).
-	snaps []storage.Volume
-	// base is the newest snapshot the target already has (the parent of
+	// disk sends the container's volume in passes (closed at the end:
+	// btrfs deletes its transfer snapshots then); passes counts them.
+	disk   storage.VolumeSender
+	passes int
+	// base is the newest snapshot the target already has (the base of
 	// the first pre-copy pass), if any.
 	base *storage.Volume
 	// pageBytes counts memory pages streamed during a copy-mode dump.
 	pageBytes atomic.Int64
-	// passes and manifest track tree-sync passes (dir driver).
-	passes   int
-	manifest storage.Manifest
 	// frozen is set while the source container is frozen by the migration.
 	frozen bool
 	// committed: the container runs on the target; the source copy is gone.
@@ -215,7 +209,7 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 	wire := toWire(m.inst.record())
 	wire.Name = req.Name
 	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
-		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, Storage: d.storage.Info().Name,
+		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, TransferFormat: d.storage.Info().TransferFormat,
 		Snapshots: snapshots}
 	if err := sess.Send(hello); err != nil {
 		return err
@@ -470,8 +464,8 @@ func (m *migrationSource) cleanup() {
 		}
 	}
 	m.thaw()
-	for _, s := range m.snaps {
-		d.undo("delete transfer snapshot", m.name, d.storage.DeleteVolume(context.Background(), s))
+	if m.disk != nil {
+		d.undo("close disk sender", m.name, m.disk.Close(context.Background()))
 	}
 }
 

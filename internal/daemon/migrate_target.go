@@ -55,24 +55,23 @@ func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
 
 // migrationTarget is one migration seen from the target host.
 type migrationTarget struct {
-	d        *Daemon
-	op       *operations.Operation
-	sess     *migration.Session
-	hello    migration.Hello
-	inst     *instance
-	name     string
-	received []storage.Volume
-	images   string
-	work     string
+	d     *Daemon
+	op    *operations.Operation
+	sess  *migration.Session
+	hello migration.Hello
+	inst  *instance
+	name  string
+	// disk receives the container's volume in passes; closed at the end
+	// (btrfs deletes the received passes then, out of the frozen window).
+	disk   storage.VolumeReceiver
+	images string
+	work   string
 	// lazy is the post-copy page daemon; pageBytes counts pages moved.
 	lazy      *runtime.LazyPages
 	pageBytes atomic.Int64
 	// prep is the live restore's preparation (network, bundle), made
 	// before the source freezes.
 	prep *prepared
-	// treeVolume: tree-sync passes (dir driver) fill the container volume
-	// directly.
-	treeVolume bool
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -102,13 +101,8 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := ValidateName("instance", name); err != nil {
 		return err
 	}
-	if hello.Storage != d.storage.Info().Name {
-		return errorf(ErrConflict, "cannot receive a %s volume on the %s storage driver", hello.Storage, d.storage.Info().Name)
-	}
-	recv, _ := d.storage.(storage.Receiver)
-	syncer, _ := d.storage.(storage.TreeSyncer)
-	if recv == nil && syncer == nil {
-		return errorf(ErrConflict, "the %s storage driver cannot receive volumes", d.storage.Info().Name)
+	if f := d.storage.Info().TransferFormat; hello.TransferFormat != f {
+		return errorf(ErrConflict, "cannot receive volumes sent as %q on %s: its storage receives %q", hello.TransferFormat, d.cfg.Name, f)
 	}
 	rec := fromWire(hello.Instance)
 	rec.State = state.StateStopped
@@ -137,7 +131,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		return err
 	}
 	defer d.dropMigrationDir(name)
-	defer m.dropReceived()
+	defer m.closeDisk()
 	go m.dispatch(ctx)
 	if hello.Live {
 		if m.prep, err = d.prepareRun(ctx, inst, true); err != nil {
@@ -148,7 +142,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := sess.Send(migration.Message{Type: migration.MsgAccepted, Address: inst.record().Address}); err != nil {
 		return err
 	}
-	if err := m.receive(ctx, recv, syncer, r); err != nil {
+	if err := m.receive(ctx, r); err != nil {
 		return err
 	}
 	// From here the container lives on this host.
@@ -176,7 +170,7 @@ func (m *migrationTarget) prepareDirs() error {
 
 // receive serves the source's control messages until it says "start" and
 // the container runs here.
-func (m *migrationTarget) receive(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer, r *revert.Reverter) error {
+func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error {
 	for {
 		var msg migration.Message
 		if err := m.sess.Recv(ctx, &msg); err != nil {
@@ -187,7 +181,7 @@ func (m *migrationTarget) receive(ctx context.Context, recv storage.Receiver, sy
 			if err := m.injectFault(faultRecvDisk); err != nil {
 				return err
 			}
-			if err := m.receiveDisk(ctx, recv, syncer, msg, r); err != nil {
+			if err := m.receiveDisk(ctx, msg); err != nil {
 				return err
 			}
 		case migration.MsgImages:
@@ -195,7 +189,7 @@ func (m *migrationTarget) receive(ctx context.Context, recv storage.Receiver, sy
 				return err
 			}
 		case migration.MsgSnapshot:
-			if err := m.receiveSnapshot(ctx, recv, syncer, msg, r); err != nil {
+			if err := m.receiveSnapshot(ctx, msg, r); err != nil {
 				return err
 			}
 		case migration.MsgStart:
@@ -218,17 +212,15 @@ func (m *migrationTarget) receive(ctx context.Context, recv storage.Receiver, sy
 // deletes too.
 func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	d := m.d
-	if len(m.received) == 0 && !m.treeVolume {
+	if m.disk == nil {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
 	t0 := time.Now()
-	if !m.treeVolume {
-		vol := containerVolume(m.name)
-		if err := d.storage.CloneVolume(ctx, vol, m.received[len(m.received)-1], false); err != nil {
-			return fmt.Errorf("create root filesystem: %w", err)
-		}
-		r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
+	if err := m.disk.Commit(ctx); err != nil {
+		return fmt.Errorf("create root filesystem: %w", err)
 	}
+	vol := containerVolume(m.name)
+	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
@@ -360,9 +352,10 @@ func (m *migrationTarget) injectFault(point string) error {
 	return nil
 }
 
-// dropReceived deletes the received transfer snapshots.
-func (m *migrationTarget) dropReceived() {
-	for i := len(m.received) - 1; i >= 0; i-- {
-		m.d.undo("delete transfer snapshot", m.name, m.d.storage.DeleteVolume(context.Background(), m.received[i]))
+// closeDisk ends the disk's reception: the received passes go (and the
+// volume too unless it was committed).
+func (m *migrationTarget) closeDisk() {
+	if m.disk != nil {
+		m.d.undo("close disk receiver", m.name, m.disk.Close(context.Background()))
 	}
 }

@@ -13,37 +13,25 @@ import (
 	"github.com/vesselhost/vessel/internal/storage"
 )
 
-// receiveDisk stores one disk stream and makes it durable before it
-// acknowledges: the source freezes only after everything sent so far is on
-// this host's disk.
-func (m *migrationTarget) receiveDisk(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer, msg migration.Message, r *revert.Reverter) error {
+// receiveDisk stores one pass of the container's disk and makes it
+// durable before it acknowledges: the source freezes only after
+// everything sent so far is on this host's disk.
+func (m *migrationTarget) receiveDisk(ctx context.Context, msg migration.Message) error {
 	st, err := m.nextStream(ctx, m.diskCh)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if m.disk == nil {
+		if m.disk, err = m.d.storage.NewReceiver(containerVolume(m.name)); err != nil {
+			return fmt.Errorf("receive disk: %w", err)
+		}
+	}
 	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration}, nil)
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
-	if msg.Snapshot != "" && recv != nil {
-		vol := storage.Volume{Type: storage.VolumeSnapshot, Name: m.name + "/" + msg.Snapshot}
-		err = recv.ReceiveVolume(ctx, vol, cr)
-		if err == nil {
-			m.received = append(m.received, vol)
-			err = recv.Sync(ctx)
-		}
-	} else if syncer != nil {
-		// A tree-sync pass goes straight into the container volume.
-		vol := containerVolume(m.name)
-		if !m.treeVolume {
-			m.treeVolume = true
-			r.Add(func() { _ = m.d.storage.DeleteVolume(context.Background(), vol) })
-		}
-		err = syncer.ApplySync(ctx, vol, cr)
-		if err == nil {
-			err = syncer.Sync(ctx)
-		}
-	} else {
-		err = fmt.Errorf("%w: a tree-sync pass for a snapshot driver", migration.ErrProtocol)
+	err = m.disk.ReceivePass(ctx, cr)
+	if err == nil {
+		err = m.d.storage.Sync(ctx)
 	}
 	p.end()
 	if err != nil {
@@ -151,9 +139,10 @@ func (m *migrationTarget) waitPages(ctx context.Context, names []string) error {
 }
 
 // receiveSnapshot stores one of the instance's snapshots: its disk (as the
-// difference from the snapshot before), its checkpoint if stateful, and
-// its record. A failed migration removes it again (r).
-func (m *migrationTarget) receiveSnapshot(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer, msg migration.Message, r *revert.Reverter) error {
+// difference from the snapshot before, where the driver can), its
+// checkpoint if stateful, and its record. A failed migration removes it
+// again (r).
+func (m *migrationTarget) receiveSnapshot(ctx context.Context, msg migration.Message, r *revert.Reverter) error {
 	d, rec := m.d, msg.Record
 	if rec == nil {
 		return fmt.Errorf("%w: snapshot without a record", migration.ErrProtocol)
@@ -163,26 +152,16 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, recv storage.Rece
 	}
 	bg := context.WithoutCancel(ctx)
 	vol := snapshotVolume(m.name, rec.Name)
-	st, err := m.nextStream(ctx, m.diskCh)
-	if err != nil {
-		return err
-	}
-	if recv != nil {
-		err = recv.ReceiveVolume(ctx, vol, st)
-	} else {
-		err = syncer.ApplySync(ctx, vol, st)
-	}
-	st.Close()
-	if err != nil {
+	if err := m.receiveSnapshotDisk(ctx, vol); err != nil {
 		return fmt.Errorf("receive snapshot %s: %w", rec.Name, err)
 	}
-	r.Add(func() { _ = d.storage.DeleteVolume(bg, vol) })
+	r.Add(func() { d.undo("delete snapshot volume", m.name, d.storage.DeleteVolume(bg, vol)) })
 	if rec.Stateful {
 		ck := checkpointVolume(m.name, rec.Name)
 		if err := d.storage.CreateVolume(ctx, ck); err != nil {
 			return err
 		}
-		r.Add(func() { _ = d.storage.DeleteVolume(bg, ck) })
+		r.Add(func() { d.undo("delete checkpoint volume", m.name, d.storage.DeleteVolume(bg, ck)) })
 		st, err := m.nextStream(ctx, m.imagesCh)
 		if err != nil {
 			return err
@@ -193,7 +172,7 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, recv storage.Rece
 			return fmt.Errorf("receive checkpoint of snapshot %s: %w", rec.Name, err)
 		}
 	}
-	if err := syncPool(ctx, recv, syncer); err != nil {
+	if err := d.storage.Sync(ctx); err != nil {
 		return err
 	}
 	if err := d.state.CreateSnapshot(state.Snapshot{Instance: m.name, Name: rec.Name, Created: rec.Created,
@@ -201,15 +180,25 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, recv storage.Rece
 		Config: rec.Config, OS: state.OS(rec.OS)}); err != nil {
 		return err
 	}
-	r.Add(func() { _ = d.state.DeleteSnapshot(m.name, rec.Name) })
+	r.Add(func() { d.undo("delete snapshot record", m.name, d.state.DeleteSnapshot(m.name, rec.Name)) })
 	return m.sess.Send(migration.Message{Type: migration.MsgSnapshotOK})
 }
 
-// syncPool makes received data durable with whichever interface the driver
-// has.
-func syncPool(ctx context.Context, recv storage.Receiver, syncer storage.TreeSyncer) error {
-	if recv != nil {
-		return recv.Sync(ctx)
+// receiveSnapshotDisk receives a snapshot volume's one pass and commits it.
+func (m *migrationTarget) receiveSnapshotDisk(ctx context.Context, vol storage.Volume) error {
+	rcv, err := m.d.storage.NewReceiver(vol)
+	if err != nil {
+		return err
 	}
-	return syncer.Sync(ctx)
+	defer func() { m.d.undo("close snapshot receiver", m.name, rcv.Close(context.WithoutCancel(ctx))) }()
+	st, err := m.nextStream(ctx, m.diskCh)
+	if err != nil {
+		return err
+	}
+	err = rcv.ReceivePass(ctx, st)
+	st.Close()
+	if err != nil {
+		return err
+	}
+	return rcv.Commit(ctx)
 }

@@ -33,7 +33,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 2
+const Version = 3
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -84,9 +84,9 @@ type Hello struct {
 	// KeepAddress asks the target to keep the container's address (a move);
 	// a copy gets a new one.
 	KeepAddress bool `json:"keep_address"`
-	// Storage is the source's storage driver; disk streams are in its
-	// send format.
-	Storage string `json:"storage"`
+	// TransferFormat is the format of the source's volume transfers
+	// (storage.Info.TransferFormat); the target must receive that format.
+	TransferFormat string `json:"transfer_format"`
 }
 
 // Message is one control message; Type says which fields matter.
@@ -96,10 +96,8 @@ type Message struct {
 	Error string `json:"error,omitempty"`
 	// Disk transfer (Type "disk" from the source: a stream follows; "disk-synced"
 	// from the target once it is on its disk).
-	Iteration int    `json:"iteration,omitempty"`
-	Snapshot  string `json:"snapshot,omitempty"`
-	Parent    string `json:"parent,omitempty"`
-	Bytes     int64  `json:"bytes,omitempty"`
+	Iteration int   `json:"iteration,omitempty"`
+	Bytes     int64 `json:"bytes,omitempty"`
 	// Final marks the last disk transfer (taken while frozen or stopped).
 	Final bool `json:"final,omitempty"`
 	// Address the target gives the container (Type "accepted").
