@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // shimBinary is built once by TestMain.
@@ -21,6 +24,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // the unit tests need no shim; the others skip (requireRoot)
+	}
 	dir, err := os.MkdirTemp("", "vessel-shim-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -36,12 +43,11 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// requireRoot fails (not skips) without root: these are integration tests.
+// requireRoot marks the tests that run runc and CRIU as root: skipped
+// under -short, failed (not skipped) without root otherwise.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("runtime tests run runc and must run as root")
-	}
+	testutil.NeedRoot(t)
 }
 
 func randHex(n int) string {

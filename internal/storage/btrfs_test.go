@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // newLoopPool returns a driver for a fresh loop-backed btrfs pool (not yet
@@ -53,10 +55,12 @@ func newSourcePool(t *testing.T) Driver {
 }
 
 func TestBtrfsConformance(t *testing.T) {
+	testutil.NeedRoot(t)
 	runConformance(t, newLoopPool)
 }
 
 func TestBtrfsSourceConformance(t *testing.T) {
+	testutil.NeedRoot(t)
 	runConformance(t, newSourcePool)
 }
 
@@ -70,6 +74,7 @@ func mountedLoopPool(t *testing.T) (Driver, *btrfsDriver) {
 }
 
 func TestBtrfsMountLifecycle(t *testing.T) {
+	testutil.NeedRoot(t)
 	_, b := mountedLoopPool(t)
 	devs, err := findLoops(b.loopFile)
 	if err != nil || len(devs) != 1 {
@@ -121,6 +126,7 @@ func TestBtrfsMountLifecycle(t *testing.T) {
 // (here without autoclear, as losetup would leave it) is mounted rather than
 // a second one attached, and Unmount detaches it.
 func TestBtrfsMountReusesBoundLoop(t *testing.T) {
+	testutil.NeedRoot(t)
 	_, b := mountedLoopPool(t)
 	if err := b.Unmount(t.Context()); err != nil {
 		t.Fatal(err)
@@ -147,6 +153,7 @@ func TestBtrfsMountReusesBoundLoop(t *testing.T) {
 }
 
 func TestBtrfsReadOnly(t *testing.T) {
+	testutil.NeedRoot(t)
 	d, _ := mountedLoopPool(t)
 	ctx := t.Context()
 	fillImage(t, d, img1)
@@ -174,6 +181,7 @@ func TestBtrfsReadOnly(t *testing.T) {
 // TestBtrfsDeleteNestedReadOnly deletes a read-only container holding
 // read-only nested subvolumes, two deep.
 func TestBtrfsDeleteNestedReadOnly(t *testing.T) {
+	testutil.NeedRoot(t)
 	d, b := mountedLoopPool(t)
 	ctx := t.Context()
 	p := mustCreate(t, d, ct1)
@@ -203,6 +211,7 @@ func TestBtrfsDeleteNestedReadOnly(t *testing.T) {
 // TestBtrfsCloneIsSubvolume checks that clones are btrfs snapshots, not
 // copies: the clone is a subvolume (no timing: the machine is noisy).
 func TestBtrfsCloneIsSubvolume(t *testing.T) {
+	testutil.NeedRoot(t)
 	d, b := mountedLoopPool(t)
 	ctx := t.Context()
 	p := mustCreate(t, d, img1)
@@ -234,6 +243,7 @@ func TestBtrfsCloneIsSubvolume(t *testing.T) {
 // TestBtrfsBlockDevicesOrder: the loop device comes first, then the whole
 // disk(s) holding its image.
 func TestBtrfsBlockDevicesOrder(t *testing.T) {
+	testutil.NeedRoot(t)
 	d, b := mountedLoopPool(t)
 	devs, err := d.BlockDevices(t.Context())
 	if err != nil {
@@ -263,6 +273,7 @@ func TestBtrfsBlockDevicesOrder(t *testing.T) {
 }
 
 func TestBtrfsDefaultSizeSparse(t *testing.T) {
+	testutil.NeedRoot(t)
 	dir := t.TempDir()
 	b, err := newBtrfs(Config{Driver: "btrfs", Root: filepath.Join(dir, "pool"), LoopFile: filepath.Join(dir, "img", "pool.img")})
 	if err != nil {
@@ -326,6 +337,7 @@ func TestBtrfsToolsMissing(t *testing.T) {
 }
 
 func TestBtrfsCommandErrorsCarryStderr(t *testing.T) {
+	testutil.NeedRoot(t)
 	d, _ := mountedLoopPool(t)
 	// A plain directory is not a subvolume: snapshotting it must fail with
 	// the tool's own explanation in the error.

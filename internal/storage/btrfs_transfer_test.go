@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // mountedLoopPools returns two mounted loop-backed pools: source, target.
@@ -24,6 +26,7 @@ func mountedLoopPools(t *testing.T) (Driver, Driver) {
 // snapshots are read-only, the committed container writable; transfer
 // snapshots exist on both ends until Close.
 func TestBtrfsTransferIncremental(t *testing.T) {
+	testutil.NeedRoot(t)
 	src, dst := mountedLoopPools(t)
 	ctx := t.Context()
 	root := mustCreate(t, src, ct1)
@@ -69,6 +72,7 @@ func TestBtrfsTransferIncremental(t *testing.T) {
 // under the names a new transfer uses are replaced, on both ends; and
 // DropTransfers removes half-received (writable) ones too.
 func TestBtrfsTransferCrashLeftovers(t *testing.T) {
+	testutil.NeedRoot(t)
 	src, dst := mountedLoopPools(t)
 	ctx := t.Context()
 	root := mustCreate(t, src, ct1)
@@ -101,6 +105,7 @@ func TestBtrfsTransferCrashLeftovers(t *testing.T) {
 // TestBtrfsReceiveWrongPass: a pass of another volume than the receiver
 // expects is refused before anything is received.
 func TestBtrfsReceiveWrongPass(t *testing.T) {
+	testutil.NeedRoot(t)
 	src, dst := mountedLoopPools(t)
 	ctx := t.Context()
 	root := mustCreate(t, src, ct1)

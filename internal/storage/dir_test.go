@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // newDirPool returns a dir driver for a fresh pool in a temporary directory.
@@ -20,12 +22,14 @@ func newDirPool(t *testing.T) Driver {
 }
 
 func TestDirConformance(t *testing.T) {
+	testutil.NeedRoot(t)
 	runConformance(t, newDirPool)
 }
 
 // TestDirOnBtrfsConformance runs the dir driver on btrfs, where volumes may
 // hold nested subvolumes and clones share extents (reflinks).
 func TestDirOnBtrfsConformance(t *testing.T) {
+	testutil.NeedRoot(t)
 	runConformance(t, func(t *testing.T) Driver {
 		d, err := New(Config{Driver: "dir", Root: filepath.Join(scratchBtrfs(t), "pool")})
 		if err != nil {
@@ -44,6 +48,7 @@ func TestDirInfo(t *testing.T) {
 // TestDirClonePreservesMetadata: a dir clone keeps ownership, xattrs,
 // device nodes, fifos, hard links and timestamps.
 func TestDirClonePreservesMetadata(t *testing.T) {
+	testutil.NeedRoot(t)
 	d := newDirPool(t)
 	if err := d.Mount(t.Context()); err != nil {
 		t.Fatal(err)
