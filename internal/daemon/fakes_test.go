@@ -513,20 +513,12 @@ func (p *fakePeer) fail(err error) {
 	p.inst, p.err = api.Instance{}, err
 }
 
-// hold makes Instance wait until open is called.
+// hold makes Instance wait until its context ends (a target that
+// never answers).
 func (p *fakePeer) hold() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gate = make(chan struct{})
-}
-
-func (p *fakePeer) open() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
 }
 
 func (p *fakePeer) callCount() int {

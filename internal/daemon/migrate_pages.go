@@ -39,15 +39,6 @@ func (m *migrationSource) servePages(ctx context.Context, addr string) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // pipe copies both ways until both directions have ended, passing each
 // end of input on as a half-close: CRIU's page server finishes only when it
 // sees the lazy-pages daemon hang up.

@@ -91,8 +91,8 @@ type migrationSource struct {
 	base *storage.Volume
 	// pageBytes counts memory pages streamed during a copy-mode dump.
 	pageBytes atomic.Int64
-	// frozen is set while the source container is frozen by the migration.
-	frozen bool
+	// fz freezes the source container; a failure's cleanup thaws it.
+	fz *freezer
 	// committed: the container runs on the target; the source copy is gone.
 	committed bool
 	// linkDown: the source container's host veth is down (network lock).
@@ -111,7 +111,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 	if err != nil {
 		return err
 	}
-	m := &migrationSource{d: d, op: op, inst: inst, name: name, req: req}
+	m := &migrationSource{d: d, op: op, inst: inst, name: name, req: req, fz: &freezer{d: d, name: name}}
 	defer func() {
 		if !m.handOff(release) {
 			release()
@@ -227,7 +227,7 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	t0 := time.Now()
 	if freeze {
-		if err := m.freeze(ctx); err != nil {
+		if err := m.fz.freeze(ctx); err != nil {
 			return err
 		}
 	}
@@ -235,7 +235,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 		return err
 	}
 	if freeze {
-		m.thaw()
+		_, _ = m.fz.thaw() // logged
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
 	if err := m.startOnTarget(); err != nil {
@@ -302,7 +302,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	// Frozen from here until the target resumes.
 	freezeAt := time.Now()
-	if err := m.freeze(ctx); err != nil {
+	if err := m.fz.freeze(ctx); err != nil {
 		return err
 	}
 	// vessel's network lock: no packet reaches the frozen sockets while
@@ -410,7 +410,8 @@ func (m *migrationSource) awaitResumed(ctx context.Context) error {
 	}
 	// Unknown: never run it in two places. It stays frozen here (and cut
 	// off) until the target answers; settleOutgoing keeps asking.
-	m.frozen, m.linkDown, m.unsettled = false, false, true
+	m.fz.forget()
+	m.linkDown, m.unsettled = false, true
 	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %s stays FROZEN on this host until the target answers, then runs in exactly one place: %w", m.name, err)
 }
 
@@ -434,7 +435,7 @@ func (m *migrationSource) startOnTarget() error {
 // journal.
 func (m *migrationSource) commit(ctx context.Context) error {
 	m.committed = true
-	m.frozen = false
+	m.fz.forget() // the frozen copy goes
 	if !m.req.Copy {
 		if err := m.sendLogs(); err != nil {
 			m.d.log.Warn("console log not carried to the target", "name", m.name, "err", err)
@@ -463,7 +464,7 @@ func (m *migrationSource) cleanup() {
 			d.log.Error("network unlock after failed migration", "name", m.name, "err", err)
 		}
 	}
-	m.thaw()
+	_, _ = m.fz.thaw() // logged
 	if m.disk != nil {
 		d.undo("close disk sender", m.name, m.disk.Close(context.Background()))
 	}
@@ -485,30 +486,6 @@ func (m *migrationSource) note() error {
 		return fmt.Errorf("migration journal: %w", err)
 	}
 	return nil
-}
-
-func (m *migrationSource) freeze(ctx context.Context) error {
-	cg, err := m.d.instanceCgroup(m.name)
-	if err != nil {
-		return err
-	}
-	if err := cg.Freeze(ctx); err != nil {
-		return err
-	}
-	m.frozen = true
-	return nil
-}
-
-func (m *migrationSource) thaw() {
-	if !m.frozen {
-		return
-	}
-	if cg, err := m.d.instanceCgroup(m.name); err == nil {
-		if err := cg.Thaw(); err != nil {
-			m.d.log.Error("thaw after failed migration", "name", m.name, "err", err)
-		}
-	}
-	m.frozen = false
 }
 
 // dropMovedSource deletes the source copy of a container that now runs on

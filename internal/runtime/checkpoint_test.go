@@ -372,7 +372,7 @@ func TestCheckpointCancel(t *testing.T) {
 			t.Fatalf("%s: Run = %v, want ErrCheckpoint and %v", how, err, want)
 		}
 		t.Logf("%s: Run (expected): %v", how, err)
-		if werr := ck.Wait(); werr != err {
+		if werr := ck.Wait(); werr != err { //nolint:errorlint // the very same error value
 			t.Errorf("%s: Wait = %v, Run %v", how, werr, err)
 		}
 		if len(ck.Pages()) != 0 {

@@ -206,10 +206,14 @@ func testExecTTY(t *testing.T, e *testEnv, id string) {
 		if i == 100 {
 			t.Fatalf("size never changed: %v", sizes())
 		}
-		io.WriteString(stdinW, "\n")
+		if _, err := io.WriteString(stdinW, "\n"); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, "another stty size; output %q", func() bool { return len(sizes()) > n }, output)
 	}
-	io.WriteString(stdinW, "q\n")
+	if _, err := io.WriteString(stdinW, "q\n"); err != nil {
+		t.Fatal(err)
+	}
 	res := <-done
 	if res.err != nil || res.code != 3 {
 		t.Errorf("tty exec = %d %v; output %q", res.code, res.err, out.String())
@@ -392,7 +396,9 @@ func TestDeleteRunning(t *testing.T) {
 func TestConsoleLogRotation(t *testing.T) {
 	e := newTestEnv(t)
 	logPath := filepath.Join(e.dir, "logs", "chatty.log")
-	os.MkdirAll(filepath.Dir(logPath), 0o755)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	bundle := e.bundle("chatty", "/bin/sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; exit 4")
 	exitsBefore := func() <-chan Exit {
 		if _, err := e.rt.Start(context.Background(), "chatty", bundle, StartOptions{LogPath: logPath, LogMax: 4096}); err != nil {

@@ -54,7 +54,9 @@ func TestGenerateSpec(t *testing.T) {
 		t.Errorf("capability sets differ: %+v", caps)
 	}
 	var own unix.Rlimit
-	unix.Getrlimit(unix.RLIMIT_NOFILE, &own)
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &own); err != nil {
+		t.Fatal(err)
+	}
 	if len(p.Rlimits) != 1 || p.Rlimits[0].Hard > own.Max || p.Rlimits[0].Soft > p.Rlimits[0].Hard {
 		t.Errorf("rlimits %+v over our hard limit %d", p.Rlimits, own.Max)
 	}

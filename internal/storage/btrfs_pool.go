@@ -81,7 +81,7 @@ func kernelHasBtrfs() (bool, error) {
 	}
 	fd, err := unix.Fsopen("btrfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return false, nil // ENODEV: unknown type; ENOSYS: too old to load it this way
+		return false, nil //nolint:nilerr // ENODEV: unknown type; ENOSYS: too old to load it this way
 	}
 	unix.Close(fd)
 	return true, nil

@@ -541,7 +541,7 @@ func applyMeta(p string, hdr *tar.Header) error {
 // applyEntry creates or replaces the entry at p.
 func applyEntry(root, p string, hdr *tar.Header, r io.Reader) error {
 	// Replace what is there unless it is a directory staying one.
-	if fi, err := os.Lstat(p); err == nil && p != root && !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
+	if fi, err := os.Lstat(p); err == nil && p != root && (!fi.IsDir() || hdr.Typeflag != tar.TypeDir) {
 		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
@@ -574,9 +574,10 @@ func createEntry(root, p string, hdr *tar.Header, r io.Reader) (done bool, err e
 		return true, os.Link(target, p)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		kind := uint32(unix.S_IFIFO)
-		if hdr.Typeflag == tar.TypeChar {
+		switch hdr.Typeflag {
+		case tar.TypeChar:
 			kind = unix.S_IFCHR
-		} else if hdr.Typeflag == tar.TypeBlock {
+		case tar.TypeBlock:
 			kind = unix.S_IFBLK
 		}
 		dev := int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
