@@ -95,7 +95,7 @@ func (d *Daemon) ensureImageVolume(ctx context.Context, fp string) error {
 	if err := d.storage.CreateVolume(ctx, vol); err != nil {
 		return fmt.Errorf("image volume: %w", err)
 	}
-	r.Add(func() { _ = d.storage.DeleteVolume(context.WithoutCancel(ctx), vol) })
+	r.Add(func() { d.undo("delete image volume", fp, d.storage.DeleteVolume(context.WithoutCancel(ctx), vol)) })
 	if err := image.Unpack(ctx, d.images.Path(fp), d.storage.Path(vol)); err != nil {
 		return fmt.Errorf("unpack image %.12s: %w", fp, err)
 	}

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"fmt"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/api"
@@ -18,24 +16,32 @@ import (
 const autoCopyMaxBytes = 6 << 20
 
 // autoMemoryMode picks the memory mode of a live move with --memory=auto
-// from the container's anonymous memory; copy where this kernel has no
-// userfaultfd (post-copy needs it).
+// (memoryMode) from what the kernel says of the container and itself.
 func (d *Daemon) autoMemoryMode(name string) string {
-	if !haveUserfaultfd() {
-		d.log.Info("memory mode auto: no userfaultfd on this kernel", "name", name, "mode", api.MemoryCopy)
-		return api.MemoryCopy
-	}
-	mode, anon := api.MemoryLazy, "unknown"
+	anon, known := uint64(0), false
 	if cg, err := d.instanceCgroup(name); err == nil {
 		if st, err := cg.Stats(); err == nil {
-			anon = fmt.Sprintf("%d KiB", st.MemoryAnon>>10)
-			if st.MemoryAnon <= autoCopyMaxBytes {
-				mode = api.MemoryCopy
-			}
+			anon, known = st.MemoryAnon, true
 		}
 	}
-	d.log.Info("memory mode auto", "name", name, "anon_memory", anon, "mode", mode)
+	uffd := haveUserfaultfd()
+	mode := memoryMode(anon, known, uffd)
+	d.log.Info("memory mode auto", "name", name, "anon_memory_kib", anon>>10, "known", known, "userfaultfd", uffd, "mode", mode)
 	return mode
+}
+
+// memoryMode is the policy of --memory=auto: copy the memory while frozen
+// when the container has at most autoCopyMaxBytes of anonymous memory (or
+// the kernel has no userfaultfd, which post-copy needs); post-copy
+// otherwise, also when its memory cannot be read.
+func memoryMode(anon uint64, known, userfaultfd bool) string {
+	switch {
+	case !userfaultfd:
+		return api.MemoryCopy
+	case known && anon <= autoCopyMaxBytes:
+		return api.MemoryCopy
+	}
+	return api.MemoryLazy
 }
 
 // haveUserfaultfd says whether the kernel offers userfaultfd(2).

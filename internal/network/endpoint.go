@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,7 +25,7 @@ import (
 // A netns or host veth left for name by a crash or an earlier Attach is
 // removed first, so Attach always builds afresh; on failure it removes what
 // it built.
-func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (Endpoint, error) {
+func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (_ Endpoint, err error) {
 	if err := validContainerName(name); err != nil {
 		return Endpoint{}, err
 	}
@@ -54,7 +55,13 @@ func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (End
 	if err := createNetns(path); err != nil {
 		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
 	}
-	r.Add(func() { _ = removeNetns(path) })
+	// An undo that fails is reported with the failure it undoes.
+	undo := func(what string, uerr error) {
+		if uerr != nil {
+			err = errors.Join(err, fmt.Errorf("attach %s: undo: %s: %w", name, what, uerr))
+		}
+	}
+	r.Add(func() { undo("remove netns", removeNetns(path)) })
 	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("attach %s: open netns: %w", name, err)
@@ -74,7 +81,7 @@ func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (End
 	if err := m.addVeth(host, bridge, ns, ep); err != nil {
 		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
 	}
-	r.Add(func() { _ = deleteLinkByName(host, ep.HostVeth) })
+	r.Add(func() { undo("delete veth", deleteLinkByName(host, ep.HostVeth)) })
 	if err := ctx.Err(); err != nil {
 		return Endpoint{}, err
 	}
