@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -363,6 +365,11 @@ func TestSnapshotCancel(t *testing.T) {
 	t.Logf("cancelled: %s: %v", op.Status, err)
 	if op.Status != api.OperationCancelled {
 		t.Errorf("operation status %s, want %s", op.Status, api.OperationCancelled)
+	}
+	// The cause survives the daemon's error chain (CRIU, the capture, the
+	// snapshot) and the API: the client's error is context.Canceled.
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled snapshot's error %q is not context.Canceled", err)
 	}
 	if snaps := h.snapshots("c1"); len(snaps) != 0 {
 		t.Errorf("cancelled snapshot listed: %+v", snaps)
