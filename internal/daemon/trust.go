@@ -115,8 +115,10 @@ func (d *Daemon) Join(ctx context.Context, cert *x509.Certificate, secret string
 		return errorf(ErrInvalid, "joining needs a client certificate")
 	}
 	tok, err := d.state.ConsumeToken(trust.SecretHash(secret), time.Now())
-	if err != nil {
+	if errors.Is(err, state.ErrNotFound) {
 		return errorf(ErrForbidden, "%w", trust.ErrBadToken)
+	} else if err != nil {
+		return fmt.Errorf("check the join token: %w", err) // the store failed: not the caller's fault
 	}
 	fp := trust.Fingerprint(cert.Raw)
 	d.log.Info("trusting certificate", "name", tok.Name, "kind", tok.Kind, "fingerprint", fp[:12])
