@@ -50,6 +50,10 @@ func (m *migrationSource) awaitResumed(ctx context.Context) error {
 func (m *migrationSource) commit(ctx context.Context) error {
 	m.committed = true
 	m.fz.forget() // the frozen copy goes
+	// The transfer snapshots go before the instance does: once it is
+	// forgotten its name is free here, and a move back would make
+	// passes of the same names.
+	m.closeDisk()
 	if !m.req.Copy {
 		if err := m.sendLogs(); err != nil {
 			m.d.log.Warn("console log not carried to the target", "name", m.name, "err", err)
@@ -79,9 +83,7 @@ func (m *migrationSource) cleanup() {
 		}
 	}
 	_, _ = m.fz.thaw() // logged
-	if m.disk != nil {
-		d.undo("close disk sender", m.name, m.disk.Close(context.Background()))
-	}
+	m.closeDisk()
 }
 
 // handOff gives the instance's lock (release) to a settle operation when
@@ -119,5 +121,13 @@ func (d *Daemon) dropMovedSource(ctx context.Context, inst *instance) {
 	}
 	if err := d.deleteLocked(ctx, inst); err != nil {
 		d.log.Error("delete the source copy of a moved container", "name", name, "err", err)
+	}
+}
+
+// closeDisk ends the disk's sending: btrfs deletes its transfer snapshots.
+func (m *migrationSource) closeDisk() {
+	if m.disk != nil {
+		m.d.undo("close disk sender", m.name, m.disk.Close(context.Background()))
+		m.disk = nil
 	}
 }

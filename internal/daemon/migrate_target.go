@@ -145,7 +145,11 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := m.receive(ctx, r); err != nil {
 		return err
 	}
-	// From here the container lives on this host.
+	// From here the container lives on this host. The received passes go
+	// first, out of the frozen window (the source has heard "resumed")
+	// but still under the lock: a move back at once makes passes of the
+	// same names.
+	m.closeDisk()
 	release()
 	return m.finish(ctx)
 }
@@ -357,5 +361,6 @@ func (m *migrationTarget) injectFault(point string) error {
 func (m *migrationTarget) closeDisk() {
 	if m.disk != nil {
 		m.d.undo("close disk receiver", m.name, m.disk.Close(context.Background()))
+		m.disk = nil
 	}
 }
