@@ -1,12 +1,10 @@
 package main
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vesselhost/vessel/internal/testutil"
 )
 
 // module is this module's path: the CLI may use only two of its packages.
@@ -23,23 +21,8 @@ var allowedImports = map[string]bool{
 // module other than internal/client and internal/api (the standard library
 // and third-party libraries are fine).
 func TestImportsOnlyClientAndAPI(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no Go files: the test runs in the wrong directory")
-	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		ast, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range ast.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
+	for f, paths := range testutil.Imports(t) {
+		for _, path := range paths {
 			if strings.HasPrefix(path, module) && !allowedImports[path] {
 				t.Errorf("%s imports %s; the CLI may use only internal/client and internal/api", f, path)
 			}

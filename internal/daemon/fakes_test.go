@@ -50,7 +50,7 @@ type fakeRuntime struct {
 	mu      sync.Mutex
 	ctrs    map[string]*fakeContainer
 	nextPid int
-	calls   []string
+	calls   callLog
 	// startErr and restoreErr fail Start and Restore; stateErr fails
 	// State.
 	startErr, restoreErr, stateErr error
@@ -62,16 +62,24 @@ func newFakeRuntime(cg *fakeCgroups, cgPath func(string) string) *fakeRuntime {
 	return &fakeRuntime{cgroups: cg, cgPath: cgPath, ctrs: map[string]*fakeContainer{}, nextPid: 1000}
 }
 
-func (f *fakeRuntime) record(format string, args ...any) {
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-}
+func (f *fakeRuntime) record(format string, args ...any) { f.calls.record(format, args...) }
 
 // count says how many calls began with prefix ("Kill c1").
 func (f *fakeRuntime) count(prefix string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.calls.count(prefix)
+}
+
+// callLog records a fake's calls ("Kill c1"); its owner's mutex guards it.
+type callLog []string
+
+func (l *callLog) record(format string, args ...any) { *l = append(*l, fmt.Sprintf(format, args...)) }
+
+// count says how many calls began with prefix.
+func (l callLog) count(prefix string) int {
 	n := 0
-	for _, c := range f.calls {
+	for _, c := range l {
 		if strings.HasPrefix(c, prefix) {
 			n++
 		}
@@ -264,27 +272,19 @@ type fakeNetwork struct {
 	mu       sync.Mutex
 	attached map[string]netip.Addr
 	linkUp   map[string]bool
-	calls    []string
+	calls    callLog
 }
 
 func newFakeNetwork(subnet netip.Prefix) *fakeNetwork {
 	return &fakeNetwork{subnet: subnet, attached: map[string]netip.Addr{}, linkUp: map[string]bool{}}
 }
 
-func (f *fakeNetwork) record(format string, args ...any) {
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-}
+func (f *fakeNetwork) record(format string, args ...any) { f.calls.record(format, args...) }
 
 func (f *fakeNetwork) count(prefix string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.calls {
-		if strings.HasPrefix(c, prefix) {
-			n++
-		}
-	}
-	return n
+	return f.calls.count(prefix)
 }
 
 // isAttached says whether name has an endpoint, and whether its host link
