@@ -157,6 +157,11 @@ func (r *Runtime) State(ctx context.Context, id string) (Status, int, error) {
 	if !validID(id) {
 		return StatusUnknown, 0, fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
+	if !shim.RuncHasState(r.cfg.Root, id) {
+		// No state file: runc does not know it, and asking it would
+		// cost an exec (a daemon start asks for every instance).
+		return StatusUnknown, 0, nil
+	}
 	c, err := r.runc.State(ctx, id)
 	if err != nil {
 		if notExist(err) {
