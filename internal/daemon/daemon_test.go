@@ -58,10 +58,7 @@ func TestOperationCancelledWhileWaiting(t *testing.T) {
 	td := newTestDaemon(t)
 	inst := td.addInstance(t, "c1", state.StateStopped)
 	ctx := context.Background()
-	_, release, err := td.lock(ctx, "c1", actUpdate, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, release := td.mustLock(t, "c1", actUpdate)
 	defer release()
 	op, err := td.ChangeState(ctx, "c1", api.InstanceStatePut{Action: api.ActionStart})
 	if err != nil {

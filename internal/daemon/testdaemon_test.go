@@ -412,3 +412,13 @@ next:
 	}
 	return out
 }
+
+// mustLock takes an instance's lock for act, failing the test if it cannot.
+func (td *testDaemon) mustLock(t *testing.T, name string, act action) (*instance, func()) {
+	t.Helper()
+	inst, release, err := td.lock(context.Background(), name, act, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst, release
+}

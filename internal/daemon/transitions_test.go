@@ -144,10 +144,7 @@ func testLockWaitsForHolder(t *testing.T) {
 	td := newTestDaemon(t)
 	inst := td.addInstance(t, "c1", state.StateStopped)
 	ctx := context.Background()
-	_, release, err := td.lock(ctx, "c1", actUpdate, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, release := td.mustLock(t, "c1", actUpdate)
 	got := make(chan error, 1)
 	go func() {
 		_, rel, err := td.lock(ctx, "c1", actStart, false)
@@ -215,10 +212,7 @@ func testLockInstanceDeletedWhileWaiting(t *testing.T) {
 	td := newTestDaemon(t)
 	td.addInstance(t, "c1", state.StateStopped)
 	ctx := context.Background()
-	inst, release, err := td.lock(ctx, "c1", actDelete, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, release := td.mustLock(t, "c1", actDelete)
 	got := make(chan error, 1)
 	go func() {
 		_, rel, err := td.lock(ctx, "c1", actStart, false)
@@ -237,7 +231,7 @@ func testLockInstanceDeletedWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	err = <-got
+	err := <-got
 	if !errors.Is(err, ErrNotFound) || err.Error() != `instance "c1" not found` {
 		t.Fatalf("waiter of a deleted instance: %v, want ErrNotFound", err)
 	}
@@ -253,10 +247,7 @@ func TestLockChecksAgainOnceHeld(t *testing.T) {
 	td := newTestDaemon(t)
 	td.addInstance(t, "c1", state.StateStopped)
 	ctx := context.Background()
-	inst, release, err := td.lock(ctx, "c1", actStart, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, release := td.mustLock(t, "c1", actStart)
 	op, err := td.ChangeState(ctx, "c1", api.InstanceStatePut{Action: api.ActionStart})
 	if err != nil {
 		t.Fatalf("start request while stopped: %v", err)
