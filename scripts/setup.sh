@@ -7,6 +7,13 @@
 #     criu 3.17 fails on current kernels: vDSO layout), with vessel's patches
 #     from scripts/criu-patches applied (a stamp records which), unless the
 #     installed CRIU is already that build.
+#   * runc 1.4 built from its Go module as /usr/local/lib/vessel/runc, beside
+#     the distribution's (Debian 12 ships
+#     1.1.5, trixie 1.1.15: both join a container's user namespace before its
+#     other namespaces, so `runc exec` cannot enter an unprivileged container
+#     whose network namespace the host made; 1.3+ joins in two stages).
+#   * A subordinate id range for root in /etc/subuid and /etc/subgid: vessel
+#     gives each unprivileged container 65536 ids from it.
 #   * Kernel tunables: pipe-max-size (CRIU lazy pages need ~3.2 MiB pipes) and
 #     IPv4 forwarding (container NAT).
 #
@@ -19,12 +26,18 @@ CRIU_URL=${CRIU_URL:-http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_V
 CACHE=${VESSEL_SETUP_CACHE:-/var/cache/vessel-setup}
 PATCHES=$(cd "$(dirname "$0")" && pwd)/criu-patches
 STAMP=/usr/local/share/vessel/criu.stamp
+RUNC_VERSION=1.4.3
+RUNC=/usr/local/lib/vessel/runc
+# root's subordinate ids when /etc/subuid has none (Incus's default range).
+SUBID_START=1000000
+SUBID_COUNT=1000000000
 
 PACKAGES=(
 	runc btrfs-progs busybox-static iptables iproute2 fio debootstrap
 	ca-certificates curl xz-utils make gcc pkgconf patch
 	libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler libnl-3-dev libnet1-dev libcap-dev
 	libbsd-dev libgnutls28-dev libnftables-dev uuid-dev python3-protobuf
+	libseccomp-dev
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -124,6 +137,34 @@ build_criu() {
 	log "criu $(criu --version | awk '/Version/{print $2}') installed in /usr/local/sbin"
 }
 
+# build_runc installs runc $RUNC_VERSION from its Go module (the module proxy
+# serves the source), with seccomp, unless that version is installed.
+build_runc() {
+	if [ -x "$RUNC" ] && "$RUNC" --version 2>/dev/null | grep -q "^runc version $RUNC_VERSION\$"; then
+		log "runc $RUNC_VERSION present"
+		return
+	fi
+	command -v go >/dev/null 2>&1 || { echo "setup: go is needed to build runc" >&2; exit 1; }
+	log "building runc $RUNC_VERSION"
+	local bin="$CACHE/runc-bin"
+	mkdir -p "$bin"
+	GOBIN="$bin" GOFLAGS=-mod=mod CGO_ENABLED=1 go install -tags seccomp \
+		-ldflags "-X main.version=$RUNC_VERSION" "github.com/opencontainers/runc@v$RUNC_VERSION"
+	install -D -m 0755 "$bin/runc" "$RUNC"
+	log "$("$RUNC" --version | head -n 1) installed as $RUNC"
+}
+
+# subids gives root a subordinate id range unless it has one.
+subids() {
+	local f
+	for f in /etc/subuid /etc/subgid; do
+		if ! grep -q '^root:' "$f" 2>/dev/null; then
+			echo "root:$SUBID_START:$SUBID_COUNT" >>"$f"
+			log "$f: root:$SUBID_START:$SUBID_COUNT"
+		fi
+	done
+}
+
 set_sysctl() {
 	local key=$1 want=$2 file=/proc/sys/${1//.//}
 	if [ "$(cat "$file")" -lt "$want" ]; then
@@ -157,5 +198,7 @@ check_criu() {
 need_root
 install_packages
 build_criu
+build_runc
+subids
 tune_kernel
 check_criu

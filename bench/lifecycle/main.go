@@ -132,9 +132,9 @@ func newRuncBench(r *testhost.Runner, h *testhost.Host) *runcBench {
 		r.Fatalf("%v", err)
 	}
 	r.Cleanup(func() {
-		out, _ := exec.Command("runc", "--root", b.root, "list", "-q").Output()
+		out, _ := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "list", "-q").Output()
 		for _, id := range strings.Fields(string(out)) {
-			_ = exec.Command("runc", "--root", b.root, "delete", "--force", id).Run()
+			_ = exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "delete", "--force", id).Run()
 		}
 		matches, _ := filepath.Glob(filepath.Join(b.dir, "*", "rootfs"))
 		for _, m := range matches {
@@ -171,7 +171,7 @@ func (b *runcBench) run(i int) (time.Duration, error) {
 	// runc run -d hands its stdio to the container's init: give it
 	// /dev/null, not pipes we would wait on forever.
 	t0 := time.Now()
-	cmd := exec.Command("runc", "--root", b.root, "run", "-d", "--bundle", bundle, id)
+	cmd := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "run", "-d", "--bundle", bundle, id)
 	if err := cmd.Run(); err != nil {
 		return 0, fmt.Errorf("runc run %s: %w", id, err)
 	}
@@ -182,13 +182,13 @@ func (b *runcBench) run(i int) (time.Duration, error) {
 func (b *runcBench) killDelete(i int) (time.Duration, error) {
 	id := fmt.Sprintf("rb%d", i)
 	t0 := time.Now()
-	if out, err := exec.Command("runc", "--root", b.root, "kill", id, "KILL").CombinedOutput(); err != nil {
+	if out, err := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "kill", id, "KILL").CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("kill: %w: %s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		out, err := exec.CommandContext(ctx, "runc", "--root", b.root, "state", id).Output()
+		out, err := exec.CommandContext(ctx, runtime.DefaultRuncPath(), "--root", b.root, "state", id).Output()
 		var st struct{ Status string }
 		if err == nil && json.Unmarshal(out, &st) == nil && st.Status == "stopped" {
 			break
@@ -198,7 +198,7 @@ func (b *runcBench) killDelete(i int) (time.Duration, error) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	if out, err := exec.Command("runc", "--root", b.root, "delete", id).CombinedOutput(); err != nil {
+	if out, err := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "delete", id).CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("delete: %w: %s", err, out)
 	}
 	d := time.Since(t0)

@@ -121,7 +121,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.ControlCgroup, "control-cgroup", env("VESSEL_CONTROL_CGROUP", ""), `vesseld's own cgroup (default CGROUP_PARENT-control; "none": stay where started, e.g. in a systemd slice)`)
 	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
 	f.BoolVar(&cfg.FavorDynMods, "cgroup-favordynmods", envBool("VESSEL_CGROUP_FAVORDYNMODS", cfg.FavorDynMods), "turn on the host's cgroup2 favordynmods option: task moves between cgroups (start, exec, restore) skip an RCU grace period, fork and exit cost a little more")
-	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: from PATH)")
+	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: /usr/lib/vessel/runc, /usr/local/lib/vessel/runc, then PATH)")
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")

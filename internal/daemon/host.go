@@ -13,6 +13,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/image"
+	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/storage"
 )
 
@@ -52,7 +53,7 @@ func (d *Daemon) runc() string {
 	if d.cfg.Runc != "" {
 		return d.cfg.Runc
 	}
-	return "runc"
+	return runtime.DefaultRuncPath()
 }
 
 func (d *Daemon) criu() string {

@@ -17,7 +17,10 @@ import (
 
 // Config says which tools the runtime uses and where it keeps state.
 type Config struct {
-	// Runc is the runc binary (default: "runc" looked up in PATH).
+	// Runc is the runc binary (default: the first of DefaultRunc that
+	// exists). vessel needs runc 1.3 or later: earlier ones join an
+	// unprivileged container's user namespace before its network namespace,
+	// which the host owns, so exec fails.
 	Runc string
 	// Criu is the criu binary for checkpoint and restore (default: "criu"
 	// in PATH; without it Checkpoint and Restore fail with ErrNoCRIU).
@@ -83,6 +86,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Runc == "" {
+		cfg.Runc = DefaultRuncPath()
+	}
 	if cfg.Runc, err = lookTool(cfg.Runc, "runc"); err != nil {
 		return nil, err
 	}
@@ -116,6 +122,20 @@ func lookTool(path, def string) (string, error) {
 		return "", fmt.Errorf("%w: %s: %w", ErrInvalid, def, err)
 	}
 	return filepath.Abs(p)
+}
+
+// DefaultRunc lists where vessel looks for runc, in order: its package's
+// copy, setup.sh's build, then PATH.
+var DefaultRunc = []string{"/usr/lib/vessel/runc", "/usr/local/lib/vessel/runc", "runc"}
+
+// DefaultRuncPath is the runc vessel uses when none is configured.
+func DefaultRuncPath() string {
+	for _, p := range DefaultRunc[:len(DefaultRunc)-1] {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return DefaultRunc[len(DefaultRunc)-1]
 }
 
 func shimNextToExecutable() string {

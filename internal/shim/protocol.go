@@ -62,7 +62,8 @@ type Config struct {
 	// Runc is the runc binary, Root its --root.
 	Runc string `json:"runc"`
 	Root string `json:"root"`
-	// Criu is the criu binary passed as runc --criu (restore only).
+	// Criu is the criu binary runc restores with: its directory comes first
+	// in runc's PATH (restore only).
 	Criu string `json:"criu,omitempty"`
 	// LogPath is the console log; LogMax its rotation size in bytes.
 	LogPath string `json:"log_path"`

@@ -71,8 +71,10 @@ func start(cfgPath string) (*shim, error) {
 		LogFormat: gorunc.JSON,
 	}
 	if cfg.Criu != "" {
-		// go-runc no longer passes --criu; runc 1.1 still honours it.
-		s.runc.ExtraArgs = []string{"--criu", cfg.Criu}
+		// runc (1.2 and later) runs the "criu" of its PATH: ours first.
+		if err := os.Setenv("PATH", filepath.Dir(cfg.Criu)+":"+os.Getenv("PATH")); err != nil {
+			return nil, err
+		}
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("become subreaper: %w", err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vesselhost/vessel/internal/runtime"
 )
 
 // teardown deletes what the test left through the API, stops the daemon
@@ -118,7 +120,7 @@ func (h *Host) cgroupDirs() []string {
 }
 
 func (h *Host) RuncContainers() []string {
-	out, err := exec.Command("runc", "--root", filepath.Join(h.runDir, "runc"), "list", "-q").Output()
+	out, err := exec.Command(runtime.DefaultRuncPath(), "--root", filepath.Join(h.runDir, "runc"), "list", "-q").Output()
 	if err != nil {
 		return nil
 	}
@@ -140,8 +142,8 @@ func (h *Host) forceCleanup() {
 	}
 	root := filepath.Join(h.runDir, "runc")
 	for _, id := range h.RuncContainers() {
-		_ = exec.Command("runc", "--root", root, "kill", "--all", id, "KILL").Run()
-		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+		_ = exec.Command(runtime.DefaultRuncPath(), "--root", root, "kill", "--all", id, "KILL").Run()
+		_ = exec.Command(runtime.DefaultRuncPath(), "--root", root, "delete", "--force", id).Run()
 	}
 	time.Sleep(200 * time.Millisecond)
 	for _, m := range h.mounts() {
