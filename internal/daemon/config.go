@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -72,6 +73,14 @@ type Config struct {
 	Criu    string
 	Shim    string
 	Busybox string
+
+	// Subuid and Subgid are the subordinate id files unprivileged
+	// containers take their ids from (default /etc/subuid, /etc/subgid).
+	Subuid string
+	Subgid string
+	// AcceptPrivileged lets peers move privileged containers in
+	// (security.privileged=true): such a container is root on this host.
+	AcceptPrivileged bool
 
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
@@ -225,7 +234,18 @@ func (c *Config) logPath(name string) string {
 func (c *Config) runcRoot() string { return filepath.Join(c.RunDir, "runc") }
 func (c *Config) shimDir() string  { return filepath.Join(c.RunDir, "shims") }
 func (c *Config) emptyDir() string { return filepath.Join(c.RunDir, "empty") }
-func (c *Config) netnsDir() string { return filepath.Join(c.RunDir, "netns") }
+
+// rootfsDir holds an unprivileged container's idmapped rootfs mount
+// (rootfsMount): it is owned by the container's root and searchable by it
+// alone, so no other host user reaches the container's files that way.
+func (c *Config) rootfsDir(name string) string   { return filepath.Join(c.RunDir, "rootfs", name) }
+func (c *Config) rootfsMount(name string) string { return filepath.Join(c.rootfsDir(name), "rootfs") }
+
+// sysfsDir holds a sysfs mounted from inside a container's netns.
+func (c *Config) sysfsDir(name string) string { return filepath.Join(c.RunDir, "sysfs", name) }
+func (c *Config) subuidPath() string          { return cmp.Or(c.Subuid, defaultSubuid) }
+func (c *Config) subgidPath() string          { return cmp.Or(c.Subgid, defaultSubgid) }
+func (c *Config) netnsDir() string            { return filepath.Join(c.RunDir, "netns") }
 func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)
 }

@@ -83,6 +83,7 @@ type Daemon struct {
 	closing bool
 
 	insts      registry   // every instance, by name (instance.go)
+	idmapMu    sync.Mutex // one id map allocation or peer check at a time (idmap.go)
 	imageLocks keyedMutex // one per image fingerprint (unpacking)
 	addrMu     sync.Mutex // address allocation + record creation
 }

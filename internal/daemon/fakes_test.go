@@ -259,6 +259,14 @@ func (f *fakeRuntime) NewCheckpoint(ctx context.Context, id string, o runtime.Ch
 	return nil, errFakeUnsupported
 }
 
+func (f *fakeRuntime) PrepareIDMap(m runtime.IDMap) error { return nil }
+func (f *fakeRuntime) ReleaseIDMap(m runtime.IDMap)       {}
+
+func (f *fakeRuntime) MountIDMapped(src, dst string, m runtime.IDMap) error {
+	f.record("idmap %s %d", dst, m.HostUID)
+	return nil
+}
+
 func (f *fakeRuntime) StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error) {
 	return nil, errFakeUnsupported
 }
@@ -280,6 +288,11 @@ func newFakeNetwork(subnet netip.Prefix) *fakeNetwork {
 }
 
 func (f *fakeNetwork) record(format string, args ...any) { f.calls.record(format, args...) }
+
+func (f *fakeNetwork) MountSysfs(name, dir string) error {
+	f.record("sysfs %s", name)
+	return nil
+}
 
 func (f *fakeNetwork) count(prefix string) int {
 	f.mu.Lock()

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -58,6 +59,12 @@ var configKeys = map[string]func(string) error{
 	KeyDiskReadOps:  checkIOPS,
 	KeyDiskWriteOps: checkIOPS,
 	KeyDiskWeight:   intRange(cgroups.MinDiskWeight, cgroups.MaxDiskWeight, "(default %d)", cgroups.DefaultDiskWeight),
+	KeyPrivileged: func(v string) error {
+		if v != "true" && v != "false" {
+			return errors.New(`must be "true" or "false"`)
+		}
+		return nil
+	},
 }
 
 // parseInt parses a whole number.

@@ -50,6 +50,7 @@ type prepared struct {
 	bundle  string
 	logPath string
 	netLock bool
+	userns  *usernsRun        // an unprivileged container's (nil: privileged)
 	config  map[string]string // the instance's configuration (limits)
 	r       *revert.Reverter
 }
@@ -92,7 +93,7 @@ func (d *Daemon) prepareRun(ctx context.Context, inst *instance, netLock bool) (
 	if err := d.applyLimits(ctx, name, rec.Config, d.startCPUWeight()); err != nil {
 		return nil, fmt.Errorf("limits of %s: %w", name, err)
 	}
-	spec, err := runtime.GenerateSpec(runtime.SpecOptions{
+	opts := runtime.SpecOptions{
 		ID:          name,
 		Hostname:    name,
 		Rootfs:      d.storage.Path(containerVolume(name)),
@@ -102,7 +103,16 @@ func (d *Daemon) prepareRun(ctx context.Context, inst *instance, netLock bool) (
 		Netns:       ep.Netns,
 		CgroupsPath: d.cfg.cgroupPath(name),
 		EmptyDir:    d.cfg.emptyDir(),
-	})
+	}
+	u, err := d.prepareUserns(inst, p.r)
+	if err != nil {
+		return nil, err
+	}
+	if u != nil {
+		opts.Rootfs, opts.IDMap, opts.Sysfs = u.rootfs, u.idmap, u.sysfs
+		p.userns = u
+	}
+	spec, err := runtime.GenerateSpec(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +137,11 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 	}()
 	bg := context.WithoutCancel(ctx)
 	name := p.inst.name
+	if p.userns != nil {
+		if err := d.mountRootfs(name, p.userns); err != nil {
+			return err
+		}
+	}
 	proc, err := launch(p.bundle, p.logPath)
 	if err != nil {
 		return err

@@ -120,6 +120,9 @@ func (d *Daemon) cleanupStopped(ctx context.Context, inst *instance, run *runnin
 	if err := d.rt.Delete(ctx, name); err != nil {
 		errs = append(errs, err)
 	}
+	if err := d.releaseUserns(name); err != nil {
+		errs = append(errs, err)
+	}
 	if err := d.net.Detach(ctx, name); err != nil {
 		errs = append(errs, err)
 	}

@@ -106,9 +106,21 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	}
 	rec := fromWire(hello.Instance)
 	rec.State = state.StateStopped
+	if err := d.admitPeerInstance(&rec, hello.Live); err != nil {
+		return err
+	}
 	journal := state.Migration{Instance: name, Role: state.MigrationTarget, Peer: peer, Name: name, Live: hello.Live,
 		Start: hello.Start, Phase: state.PhaseTransfer, Started: time.Now()}
-	inst, unlock, err := d.register(rec, StatusMigrating, hello.KeepAddress, func(tx *state.Tx) error { return tx.PutMigration(journal) })
+	// The id map check and the registration hold idmapMu together: two
+	// moves in cannot both take one range.
+	d.idmapMu.Lock()
+	err = d.checkPeerIDMap(name, rec.IDMap)
+	var inst *instance
+	var unlock func()
+	if err == nil {
+		inst, unlock, err = d.register(rec, StatusMigrating, hello.KeepAddress, func(tx *state.Tx) error { return tx.PutMigration(journal) })
+	}
+	d.idmapMu.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrConflict) {
 			return fmt.Errorf("on %s: %w", d.cfg.Name, err)
@@ -286,6 +298,12 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 		defer func() {
 			d.log.Debug("migration target: runc restore returned", "name", m.name, "after", time.Since(t0))
 		}()
+		if err := d.checkPeerImages(m.prep.inst, m.images); err != nil {
+			return runtime.Process{}, err
+		}
+		if err := d.shareImages(m.prep.inst, m.images); err != nil {
+			return runtime.Process{}, err
+		}
 		return d.rt.Restore(rctx, m.name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,

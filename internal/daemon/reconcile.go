@@ -82,6 +82,7 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 	if status == runtime.StatusUnknown && !rec.Running() {
 		// Stopped, and the runtime knows nothing of it: only a start
 		// interrupted before its launch leaves something (the netns).
+		d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 		d.undo("detach network", name, d.net.Detach(ctx, name))
 		return
 	}
@@ -144,6 +145,7 @@ func (d *Daemon) undoCreate(ctx context.Context, inst *instance) {
 	name := inst.name
 	d.log.Warn("undoing a create interrupted by a daemon restart", "name", name)
 	d.undo("delete runtime state", name, d.rt.Delete(ctx, name))
+	d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 	d.undo("detach network", name, d.net.Detach(ctx, name))
 	d.destroyCgroup(name)
 	if err := d.removeInstanceFiles(ctx, name); err != nil {

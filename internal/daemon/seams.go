@@ -39,6 +39,13 @@ type instanceRuntime interface {
 	// NewCheckpoint prepares a checkpoint session (see checkpoint.go).
 	NewCheckpoint(ctx context.Context, id string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error)
 	StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error)
+	// PrepareIDMap readies what MountIDMapped needs for m, ahead of it;
+	// ReleaseIDMap drops it. MountIDMapped mounts an unprivileged
+	// container's rootfs with its ids shifted (a mount already there is
+	// replaced).
+	PrepareIDMap(m runtime.IDMap) error
+	ReleaseIDMap(m runtime.IDMap)
+	MountIDMapped(src, dst string, m runtime.IDMap) error
 }
 
 // instanceNetwork gives instances their addresses and links
@@ -55,6 +62,9 @@ type instanceNetwork interface {
 	// SetHostLink takes the host side of the link down (the migration's
 	// network lock) or up.
 	SetHostLink(name string, up bool) error
+	// MountSysfs mounts on dir a sysfs seen from inside the instance's
+	// network namespace (for an unprivileged container's /sys).
+	MountSysfs(name, dir string) error
 }
 
 // cgroupsFunc opens the cgroup at a path (cgroups.New).

@@ -116,6 +116,11 @@ func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFun
 		if err := os.MkdirAll(work, 0o700); err != nil {
 			return runtime.Process{}, err
 		}
+		if inst := d.insts.get(name); inst != nil {
+			if err := d.shareImages(inst, images); err != nil {
+				return runtime.Process{}, err
+			}
+		}
 		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    images,

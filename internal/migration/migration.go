@@ -58,6 +58,16 @@ type Instance struct {
 	StopSignal string            `json:"stop_signal"`
 	OS         OS                `json:"os"`
 	Address    netip.Addr        `json:"address"`
+	// IDMap is an unprivileged container's host id range: its checkpoint
+	// images are in these ids, so the target keeps it (or refuses).
+	IDMap *IDMap `json:"idmap,omitempty"`
+}
+
+// IDMap is a container's user namespace map (state.IDMap).
+type IDMap struct {
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Size uint32 `json:"size"`
 }
 
 // OS names the container's distribution.

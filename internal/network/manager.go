@@ -94,6 +94,10 @@ func (m *Manager) Subnet() netip.Prefix { return m.layout.prefix }
 // NetnsPath returns the path of the netns file for container name.
 func (m *Manager) NetnsPath(name string) string { return filepath.Join(m.cfg.NetnsDir, name) }
 
+// MountSysfs mounts on dir a sysfs of name's network namespace (see the
+// function MountSysfs).
+func (m *Manager) MountSysfs(name, dir string) error { return MountSysfs(m.NetnsPath(name), dir) }
+
 // Setup makes the host match the config; it is idempotent and cheap to run
 // at every daemon start. It creates the bridge if it is missing, sets its MTU,
 // puts the gateway address on it and brings it up. With NAT it turns on IPv4

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	gorunc "github.com/containerd/go-runc"
 
@@ -49,6 +50,9 @@ type Config struct {
 type Runtime struct {
 	cfg  Config
 	runc *gorunc.Runc
+
+	usernsMu sync.Mutex
+	userns   map[IDMap]*os.File // PrepareIDMap's user namespaces
 }
 
 // Status is a container's state as runc reports it.

@@ -55,13 +55,26 @@ type SpecOptions struct {
 	// tars every tmpfs at checkpoint and untars it at restore, while a bind
 	// mount costs it nothing: a live migration's frozen time shrinks.
 	EmptyDir string
+	// IDMap, if set, gives the container a user namespace of its own that
+	// maps its ids 0..Size-1 to the host's HostUID.. and HostGID..: an
+	// unprivileged container. Its Rootfs must then be an idmapped mount
+	// (MountIDMapped) of the on-disk tree with the same map.
+	IDMap *IDMap
+	// Sysfs is the host path of a sysfs mounted from inside the container's
+	// network namespace (network.MountSysfs): an unprivileged container may
+	// not mount one, its network namespace belongs to the host. Required
+	// with IDMap.
+	Sysfs string
 }
 
 // systemCaps is what a system container's init and services get: Docker's
-// default set plus NET_ADMIN (it has its own network namespace), SYS_BOOT
-// (reboot(2) in a child pid namespace only ends that namespace), SYS_NICE
-// and IPC_LOCK. SYS_RESOURCE, SYS_ADMIN, SYS_MODULE and SYS_PTRACE are left
-// out on purpose.
+// default set plus NET_ADMIN (it has its own network namespace) and
+// SYS_BOOT (reboot(2) in a child pid namespace only ends that namespace).
+// SYS_RESOURCE, SYS_ADMIN, SYS_MODULE and SYS_PTRACE are left out on
+// purpose, and so are SYS_NICE (SCHED_FIFO would escape limits.cpu) and
+// IPC_LOCK (mlock beyond RLIMIT_MEMLOCK). In an unprivileged container they
+// act in its own user namespace only: NET_ADMIN cannot touch its network,
+// which the host's user namespace owns.
 var systemCaps = []struct {
 	name string
 	bit  int
@@ -71,7 +84,6 @@ var systemCaps = []struct {
 	{"CAP_DAC_OVERRIDE", unix.CAP_DAC_OVERRIDE},
 	{"CAP_FOWNER", unix.CAP_FOWNER},
 	{"CAP_FSETID", unix.CAP_FSETID},
-	{"CAP_IPC_LOCK", unix.CAP_IPC_LOCK},
 	{"CAP_KILL", unix.CAP_KILL},
 	{"CAP_MKNOD", unix.CAP_MKNOD},
 	{"CAP_NET_ADMIN", unix.CAP_NET_ADMIN},
@@ -83,7 +95,6 @@ var systemCaps = []struct {
 	{"CAP_SETUID", unix.CAP_SETUID},
 	{"CAP_SYS_BOOT", unix.CAP_SYS_BOOT},
 	{"CAP_SYS_CHROOT", unix.CAP_SYS_CHROOT},
-	{"CAP_SYS_NICE", unix.CAP_SYS_NICE},
 }
 
 // maskedPaths and readonlyPaths are runc spec's defaults.
@@ -92,6 +103,7 @@ var (
 		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
 		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap", // RAPL energy counters: a side channel
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -99,9 +111,10 @@ var (
 )
 
 // GenerateSpec returns the OCI spec of a system container: its own pid,
-// mount, uts, ipc, network and cgroup namespaces (no user namespace), init
-// running as root with a reduced capability set and Docker's default seccomp
-// profile, and the usual /proc, /dev, /sys and /run mounts.
+// mount, uts, ipc, network and cgroup namespaces, and a user namespace when
+// o.IDMap is set; init running as root with a reduced capability set and
+// Docker's default seccomp profile, and the usual /proc, /dev, /sys and
+// /run mounts.
 func GenerateSpec(o SpecOptions) (*specs.Spec, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -130,15 +143,19 @@ func GenerateSpec(o SpecOptions) (*specs.Spec, error) {
 			Capabilities: caps,
 			Rlimits:      rlimits,
 		},
-		Mounts:      append(append(systemMounts(), o.ExtraMounts...), maskMounts(o.EmptyDir)...),
+		Mounts:      append(append(systemMounts(o.Sysfs), o.ExtraMounts...), maskMounts(o.EmptyDir)...),
 		Annotations: map[string]string{NameAnnotation: o.ID},
 		Linux: &specs.Linux{
-			Namespaces:    namespaces(o.Netns),
+			Namespaces:    namespaces(o.Netns, o.IDMap != nil),
 			CgroupsPath:   o.CgroupsPath,
-			Resources:     resources(o.Resources),
+			Resources:     resources(o.Resources, o.IDMap != nil),
 			MaskedPaths:   masked(o.EmptyDir),
 			ReadonlyPaths: slices.Clone(readonlyPaths),
 		},
+	}
+	if m := o.IDMap; m != nil {
+		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.HostUID, Size: m.Size}}
+		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.HostGID, Size: m.Size}}
 	}
 	// The profile depends on the capabilities: syscalls such as reboot are
 	// allowed only when the matching capability is in the bounding set.
@@ -158,6 +175,11 @@ func (o *SpecOptions) validate() error {
 		return fmt.Errorf("%w: no init command", ErrInvalid)
 	case o.Cwd != "" && !filepath.IsAbs(o.Cwd):
 		return fmt.Errorf("%w: cwd %q is not an absolute path", ErrInvalid, o.Cwd)
+	case o.IDMap != nil && !filepath.IsAbs(o.Sysfs):
+		return fmt.Errorf("%w: an unprivileged container needs a sysfs path", ErrInvalid)
+	}
+	if o.IDMap != nil {
+		return o.IDMap.Validate()
 	}
 	return nil
 }
@@ -178,8 +200,8 @@ func initEnv(env []string) []string {
 	return out
 }
 
-func namespaces(netns string) []specs.LinuxNamespace {
-	return []specs.LinuxNamespace{
+func namespaces(netns string, userns bool) []specs.LinuxNamespace {
+	ns := []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace},
 		{Type: specs.MountNamespace},
 		{Type: specs.UTSNamespace},
@@ -187,18 +209,28 @@ func namespaces(netns string) []specs.LinuxNamespace {
 		{Type: specs.NetworkNamespace, Path: netns},
 		{Type: specs.CgroupNamespace},
 	}
+	if userns {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.UserNamespace})
+	}
+	return ns
 }
 
 // systemMounts are the filesystems every system container gets. /run is a
 // fresh tmpfs, as a booting distribution expects; it hides the image's /run.
-func systemMounts() []specs.Mount {
+// With sysfs set, /sys is a read-only bind mount of it instead of a new
+// sysfs.
+func systemMounts(sysfs string) []specs.Mount {
+	sys := specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}}
+	if sysfs != "" {
+		sys = specs.Mount{Destination: "/sys", Type: "bind", Source: sysfs, Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+	}
 	return []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		sys,
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
 	}
@@ -244,8 +276,12 @@ func masked(emptyDir string) []string {
 
 // resources copies r and sets the device rules: deny everything, then allow
 // the character devices runc creates in /dev (runc adds the same allow rules
-// itself; listing them keeps the spec self-describing).
-func resources(r *specs.LinuxResources) *specs.LinuxResources {
+// itself; listing them keeps the spec self-describing). With userns, also
+// /dev/userfaultfd: a post-copy restore's CRIU, which runc puts in the
+// container's cgroup, opens it for the restored tasks (they may not call
+// userfaultfd(2) from their user namespace). The container has no such node
+// and cannot make one (mknod of a device is refused in a user namespace).
+func resources(r *specs.LinuxResources, userns bool) *specs.LinuxResources {
 	out := &specs.LinuxResources{}
 	if r != nil {
 		c := *r
@@ -265,6 +301,9 @@ func resources(r *specs.LinuxResources) *specs.LinuxResources {
 		char(5, 1),    // console
 		char(5, 2),    // ptmx
 		char(136, -1), // pts/*
+	}
+	if userns {
+		out.Devices = append(out.Devices, char(10, 257)) // userfaultfd
 	}
 	return out
 }

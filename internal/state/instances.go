@@ -65,9 +65,21 @@ type Instance struct {
 	// container's: set before the old disk goes, cleared once the new one
 	// is in place, so a daemon that crashed in between finishes the job.
 	RollingBack string `json:"rolling_back,omitempty"`
+	// IDMap is the host id range of an unprivileged container's user
+	// namespace, allocated at its first start and kept for its life (it
+	// moves with it). Nil for a privileged container.
+	IDMap *IDMap `json:"idmap,omitempty"`
 	// LastStart and LastExit describe the latest run.
 	LastStart time.Time `json:"last_start,omitzero"`
 	LastExit  *Exit     `json:"last_exit,omitempty"`
+}
+
+// IDMap maps an unprivileged container's ids 0..Size-1 to the host's
+// UID.. and GID...
+type IDMap struct {
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Size uint32 `json:"size"`
 }
 
 // Running says the instance's committed state is StateRunning.

@@ -49,6 +49,7 @@ func (h *Host) Teardown() {
 		h.logPath = kept
 	}
 	os.RemoveAll(h.root)
+	os.RemoveAll(h.runDir)
 	if !h.t.Failed() {
 		os.Remove(h.logPath)
 	} else {
@@ -96,7 +97,7 @@ func (h *Host) mounts() []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == h.root || strings.HasPrefix(fields[4], h.root+"/")) {
+		if len(fields) > 4 && (under(fields[4], h.root) || under(fields[4], h.runDir)) {
 			out = append(out, fields[4])
 		}
 	}
@@ -205,3 +206,6 @@ func removeCgroupTree(dir string) {
 		_ = syscall.Rmdir(dirs[i])
 	}
 }
+
+// under says whether path is dir or inside it.
+func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }

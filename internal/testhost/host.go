@@ -137,12 +137,14 @@ func New(t T, bin string, opts Options) *Host {
 		opts.Name = "it-" + id
 	}
 	h := &Host{
-		t:        t,
-		bin:      bin,
-		opts:     opts,
-		id:       id,
-		root:     root,
-		runDir:   filepath.Join(root, "run"),
+		t:    t,
+		bin:  bin,
+		opts: opts,
+		id:   id,
+		root: root,
+		// Not inside root (0700): an unprivileged container's init must
+		// pass through RUN's ancestors to reach its rootfs mount.
+		runDir:   root + "-run",
 		socket:   filepath.Join(root, "unix.socket"),
 		bridge:   "vt" + id,
 		subnet:   freeSubnet(t),
@@ -176,7 +178,7 @@ func New(t T, bin string, opts Options) *Host {
 // and still running as pid, with the same options.
 func Attach(t T, bin string, opts Options, pid int) *Host {
 	h := &Host{t: t, bin: bin, opts: opts, id: "attached", root: opts.Root,
-		runDir: filepath.Join(opts.Root, "run"), socket: filepath.Join(opts.Root, "unix.socket"),
+		runDir: opts.Root + "-run", socket: filepath.Join(opts.Root, "unix.socket"),
 		bridge: opts.Bridge, subnet: opts.Subnet, cgParent: opts.CgroupParent,
 		logPath: filepath.Join(opts.Root, "vesseld.log"), pid: pid}
 	h.client = client.NewUnix(h.socket)

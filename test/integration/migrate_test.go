@@ -454,16 +454,11 @@ func TestMoveMemoryAuto(t *testing.T) {
 		t.Errorf("memhog's memory after the post-copy move: %s", got)
 	}
 
+	// A process started by exec in a restored container joins its time
+	// namespace (runc 1.2 and later), so it moves with it.
 	c.OK("exec", "beta:small", "--", "sh", "-c", "setsid sleep 600 </dev/null >/dev/null 2>&1 &")
-	r := c.Vessel("move", "beta:small", "alpha:", "--live")
-	if r.Code == 0 || !strings.Contains(r.Stderr, "vessel exec") {
-		t.Fatalf("live move with an exec'd process in a restored container: exit %d, %s", r.Code, r.Stderr)
+	c.OK("move", "beta:small", "alpha:", "--live")
+	if out := c.OK("exec", "alpha:small", "--", "pidof", "sleep"); strings.TrimSpace(out) == "" {
+		t.Fatalf("the exec'd sleep did not move")
 	}
-	if st := instanceOn(t, c, "beta:small"); st.Status != "Running" {
-		t.Fatalf("after the refused move: %+v", st)
-	}
-	c.OK("exec", "beta:small", "--", "sh", "-c", "kill $(pidof sleep)")
-	eventually(t, "the exec'd sleep to end", func() bool {
-		return c.Vessel("move", "beta:small", "alpha:", "--live").Code == 0
-	})
 }
