@@ -208,3 +208,53 @@ func syncfs(path string) error {
 	}
 	return nil
 }
+
+// listVolumes is ListVolumes for a pool rooted at root: the entries of
+// t's directory (of each CONTAINER directory in it, for pair-named types)
+// whose names are volume names. Names beginning with a dot are a driver's
+// own (transfer leftovers, staging) and are left out.
+func listVolumes(root string, t VolumeType) ([]Volume, error) {
+	dir, ok := typeDirs[t]
+	if !ok {
+		return nil, fmt.Errorf("list %q volumes: unknown volume type: %w", t, ErrInvalidVolume)
+	}
+	names, err := volumeNames(filepath.Join(root, dir))
+	if err != nil {
+		return nil, fmt.Errorf("list %s volumes: %w", t, err)
+	}
+	var vols []Volume
+	for _, n := range names {
+		if !pairNamed(t) {
+			vols = append(vols, Volume{Type: t, Name: n})
+			continue
+		}
+		inner, err := volumeNames(filepath.Join(root, dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("list %s volumes: %w", t, err)
+		}
+		for _, s := range inner {
+			vols = append(vols, Volume{Type: t, Name: n + "/" + s})
+		}
+	}
+	return vols, nil
+}
+
+// volumeNames returns the sorted names in dir that are volume name
+// elements and do not begin with a dot; a missing dir has none.
+func volumeNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir) // sorted
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || validateNameElem(e.Name()) != nil {
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
