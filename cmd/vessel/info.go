@@ -61,7 +61,16 @@ func hostPairs(h api.HostInfo) [][2]string {
 		{"Control cgroup", controlLine(h.Control)},
 		{"Storage devices", devicesLine(h.StorageDevices)},
 		{"vessel", h.VesselVersion},
+		{"Warnings", warningsLine(h.Warnings)},
 	}
+}
+
+// warningsLine lists what the daemon cleaned at its start.
+func warningsLine(w []string) string {
+	if len(w) == 0 {
+		return "none"
+	}
+	return strings.Join(w, "; ")
 }
 
 // controlLine describes the control plane's CPU share.

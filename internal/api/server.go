@@ -47,6 +47,9 @@ type HostInfo struct {
 	// StorageDevices are the disks under the storage pool and their I/O
 	// schedulers.
 	StorageDevices []BlockDevice `json:"storage_devices,omitempty"`
+	// Warnings are what the daemon found wrong at its start and cleaned
+	// (e.g. a volume without an instance record), one sentence each.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // OS names a distribution (from os-release).

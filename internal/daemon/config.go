@@ -231,6 +231,17 @@ func (c *Config) bundleDir(name string) string { return filepath.Join(c.Root, "c
 func (c *Config) logPath(name string) string {
 	return filepath.Join(c.Root, "logs", name, "console.log")
 }
+
+// privateDirs are the directories of the state tree only root may enter:
+// ROOT itself and, each also 0700 for defence in depth, the directories
+// leading to the pool, bundles, logs and images.
+func (c *Config) privateDirs() []string {
+	return []string{
+		c.Root, c.imagesDir(), filepath.Dir(c.poolFile()), filepath.Dir(c.poolRoot()),
+		filepath.Join(c.Root, "containers"), filepath.Join(c.Root, "logs"),
+	}
+}
+
 func (c *Config) runcRoot() string { return filepath.Join(c.RunDir, "runc") }
 func (c *Config) shimDir() string  { return filepath.Join(c.RunDir, "shims") }
 func (c *Config) emptyDir() string { return filepath.Join(c.RunDir, "empty") }

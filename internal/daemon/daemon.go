@@ -111,10 +111,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 			d.close()
 		}
 	}()
-	for _, dir := range []string{cfg.Root, cfg.RunDir, cfg.imagesDir(), filepath.Dir(cfg.poolFile())} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("create %s: %w", dir, err)
-		}
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cfg.RunDir, err)
+	}
+	if err := makePrivateDirs(cfg.privateDirs()); err != nil {
+		return nil, err
 	}
 	if err := d.takeLock(); err != nil {
 		return nil, err
@@ -319,4 +320,20 @@ func (d *Daemon) Operations() *operations.Registry { return d.ops }
 
 func instanceResources(name string) map[string][]string {
 	return map[string][]string{"instances": {"/" + api.Version + "/instances/" + name}}
+}
+
+// makePrivateDirs creates dirs, or gives existing ones (an older version
+// made them 0711), mode 0700: the state tree holds the containers' root
+// filesystems, their bundles and logs, none of which another host user
+// may reach (a setuid file a container's root made must be out of reach).
+func makePrivateDirs(dirs []string) error {
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("make %s private: %w", dir, err)
+		}
+	}
+	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
+	"path"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
@@ -118,25 +118,33 @@ func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec s
 }
 
 // writeIdentity gives a new root filesystem its hostname and hosts entry.
+// Every access goes through an os.Root of the rootfs: a symlink the image
+// or the container planted (/etc -> /some/host/dir, or /etc/hosts ->
+// /host/file) either resolves inside the rootfs or fails the write; it is
+// never followed out to the host.
 func writeIdentity(rootfs, name string) error {
-	etc := filepath.Join(rootfs, "etc")
-	if err := os.MkdirAll(etc, 0o755); err != nil {
-		return err
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("write identity: %w", err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll("etc", 0o755); err != nil {
+		return fmt.Errorf("write identity: /etc: %w", err)
 	}
 	files := map[string]string{
 		"hostname": name + "\n",
 		"hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + name + "\n",
 	}
 	for f, content := range files {
-		p := filepath.Join(etc, f)
-		// Never follow a symlink planted in the image out of the rootfs.
-		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			if err := os.Remove(p); err != nil {
-				return err
+		p := path.Join("etc", f)
+		// A symlink in its place is replaced, not written through.
+		if fi, err := root.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if err := root.Remove(p); err != nil {
+				return fmt.Errorf("write identity: /%s: %w", p, err)
 			}
 		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("write /etc/%s: %w", f, err)
+		if err := root.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write identity: /%s: %w", p, err)
 		}
 	}
 	return nil

@@ -2,12 +2,16 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
 )
 
 // Reconcile: at start the daemon compares each instance's record with what
@@ -25,10 +29,16 @@ import (
 //     the move that froze it must settle first (recoverMigrations);
 //   - no processes: whatever a run held (runtime state, netns, cgroup) is
 //     released and the record says stopped; one that said running keeps
-//     the exit the shim recorded.
+//     the exit the shim recorded;
+//   - a record whose container volume is gone (and that no migration
+//     journal explains): the instance is deleted, snapshots and all;
+//   - a volume in the pool no record explains (a container, snapshot or
+//     checkpoint volume of no instance or snapshot record, an image volume
+//     of no image): deleted.
 //
-// Migrations in flight are settled afterwards from their journals
-// (migrate_settle.go).
+// Each of the last two is a warning: logged, and listed in the host's
+// info (`vessel info`) until the daemon restarts. Migrations in flight
+// are settled afterwards from their journals (migrate_settle.go).
 func (d *Daemon) reconcile(ctx context.Context) {
 	journals, err := d.state.ListMigrations()
 	if err != nil {
@@ -43,9 +53,100 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		d.reconcileInstance(ctx, inst, migrating && j.Role == state.MigrationSource)
 		if !migrating {
 			d.dropTransfers(ctx, inst.name)
+			d.dropWithoutVolume(ctx, inst)
 		}
 		release()
 	}
+	d.dropUnrecordedVolumes(ctx, journals)
+}
+
+// warn reports something reconcile found wrong and cleaned: logged, and
+// kept for the host's info. It runs only at start, before the API serves.
+func (d *Daemon) warn(msg string, args ...any) {
+	d.log.Warn(msg, args...)
+	d.host.Warnings = append(d.host.Warnings, warningText(msg, args...))
+}
+
+// warningText renders a log message and its key-value pairs as one line:
+// "msg (key value, key value)".
+func warningText(msg string, args ...any) string {
+	var kv []string
+	for i := 0; i+1 < len(args); i += 2 {
+		kv = append(kv, fmt.Sprintf("%v %v", args[i], args[i+1]))
+	}
+	if len(kv) == 0 {
+		return msg
+	}
+	return msg + " (" + strings.Join(kv, ", ") + ")"
+}
+
+// dropWithoutVolume deletes a stopped instance whose container volume is
+// gone: nothing could ever start it. A record still rolling back (its
+// rollback failed, the snapshot is intact) or one that runs is left
+// alone, with an error logged.
+func (d *Daemon) dropWithoutVolume(ctx context.Context, inst *instance) {
+	rec := inst.record()
+	if d.insts.get(inst.name) != inst || d.storage.VolumeExists(containerVolume(inst.name)) {
+		return // undone create, or fine
+	}
+	if rec.RollingBack != "" || inst.live() != nil {
+		d.log.Error("the instance's volume is missing from the storage pool; left as it is", "name", inst.name)
+		return
+	}
+	if err := d.deleteLocked(ctx, inst); err != nil {
+		d.log.Error("delete an instance whose volume is missing", "name", inst.name, "err", err)
+		return
+	}
+	d.warn("deleted an instance record whose volume was missing from the storage pool", "instance", inst.name)
+}
+
+// dropUnrecordedVolumes deletes the volumes no record explains. A
+// migration journal's instance is explained (recoverMigrations settles it).
+func (d *Daemon) dropUnrecordedVolumes(ctx context.Context, journals map[string]state.Migration) {
+	for _, typ := range []storage.VolumeType{storage.VolumeContainer, storage.VolumeSnapshot, storage.VolumeCheckpoint, storage.VolumeImage} {
+		vols, err := d.storage.ListVolumes(ctx, typ)
+		if err != nil {
+			d.log.Error("list the storage pool's volumes", "type", typ, "err", err)
+			continue
+		}
+		for _, vol := range vols {
+			if d.volumeRecorded(vol, journals) {
+				continue
+			}
+			if err := d.storage.DeleteVolume(ctx, vol); err != nil {
+				d.log.Error("delete a volume no record explains", "volume", vol.String(), "err", err)
+				continue
+			}
+			if vol.Type == storage.VolumeContainer {
+				d.undo("drop transfers", vol.Name, d.storage.DropTransfers(ctx, vol.Name))
+			}
+			d.warn("deleted a volume no record explains", "volume", fmt.Sprintf("%s/%s", vol.Type, vol.Name))
+		}
+	}
+}
+
+// volumeRecorded reports whether a record explains vol (or one could not
+// be read: nothing is deleted on a doubt). Every volume of an instance a
+// migration journal names is explained: the settle decides.
+func (d *Daemon) volumeRecorded(vol storage.Volume, journals map[string]state.Migration) bool {
+	inst, snap, _ := strings.Cut(vol.Name, "/")
+	if _, migrating := journals[inst]; migrating && vol.Type != storage.VolumeImage {
+		return true
+	}
+	switch vol.Type {
+	case storage.VolumeContainer:
+		return d.insts.get(inst) != nil
+	case storage.VolumeSnapshot, storage.VolumeCheckpoint:
+		if d.insts.get(inst) == nil {
+			return false
+		}
+		_, err := d.state.GetSnapshot(inst, snap)
+		return !errors.Is(err, state.ErrNotFound)
+	case storage.VolumeImage:
+		_, err := d.state.GetImage(vol.Name)
+		return !errors.Is(err, state.ErrNotFound)
+	}
+	return true
 }
 
 // reconcileInstance settles one instance (see reconcile); frozenByMove
@@ -63,9 +164,6 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 		} else {
 			d.log.Warn("finished a snapshot restore interrupted by a daemon restart", "name", name, "snapshot", rec.RollingBack)
 		}
-	}
-	if !d.storage.VolumeExists(containerVolume(name)) {
-		d.log.Error("the instance's volume is missing from the storage pool", "name", name)
 	}
 	status, pid, err := d.rt.State(ctx, name)
 	if err != nil {

@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
+	"github.com/vesselhost/vessel/internal/storage"
 )
 
 // The reconcile tests prepare the store, the pool and the fakes as a
@@ -212,7 +214,7 @@ func TestReconcileFinishesRollback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			td := newTestDaemon(t)
 			td.putInstance(t, "c1", state.StateStopped, func(r *state.Instance) { r.RollingBack = "snap0" })
-			td.writeVolume(t, snapshotVolume("c1", "snap0"), "snapshot snap0")
+			td.putSnapshot(t, "c1", "snap0", "snapshot snap0")
 			if !tc.oldVolume {
 				if err := td.storage.DeleteVolume(context.Background(), containerVolume("c1")); err != nil {
 					t.Fatal(err)
@@ -289,5 +291,64 @@ func TestReconcileStateError(t *testing.T) {
 	}
 	if got, _ := td.storedInstance(t, "c1"); got.State != state.StateRunning {
 		t.Errorf("stored state %q, want running (untouched)", got.State)
+	}
+}
+
+// TestReconcileOrphans: at start, a record whose volume is gone and
+// volumes no record explains are deleted and reported (log and host
+// info); what a migration journal names, and what records explain, stay.
+func TestReconcileOrphans(t *testing.T) {
+	td := newTestDaemon(t)
+	td.putInstance(t, "kept", state.StateStopped)
+	td.putSnapshot(t, "kept", "s1", "kept s1")
+	td.putInstance(t, "novolume", state.StateStopped)
+	td.putSnapshot(t, "novolume", "s1", "novolume s1")
+	if err := td.storage.DeleteVolume(context.Background(), containerVolume("novolume")); err != nil {
+		t.Fatal(err)
+	}
+	td.writeVolume(t, containerVolume("stray"), "stray")
+	td.writeVolume(t, snapshotVolume("stray", "s1"), "stray s1")
+	td.writeVolume(t, snapshotVolume("kept", "unrecorded"), "kept unrecorded")
+	td.writeVolume(t, storage.Volume{Type: storage.VolumeCheckpoint, Name: "kept/unrecorded"}, "ckpt")
+	td.writeVolume(t, storage.Volume{Type: storage.VolumeImage, Name: "feedface"}, "image")
+	td.writeVolume(t, containerVolume("incoming"), "incoming")
+	td.putJournal(t, state.Migration{Instance: "incoming", Name: "incoming", Role: state.MigrationTarget, Peer: "p1", Phase: state.PhaseTransfer})
+
+	if err := td.load(); err != nil {
+		t.Fatal(err)
+	}
+	td.reconcile(context.Background())
+
+	for _, vol := range []storage.Volume{
+		containerVolume("stray"), snapshotVolume("stray", "s1"), snapshotVolume("kept", "unrecorded"),
+		{Type: storage.VolumeCheckpoint, Name: "kept/unrecorded"}, {Type: storage.VolumeImage, Name: "feedface"},
+		snapshotVolume("novolume", "s1"),
+	} {
+		if td.storage.VolumeExists(vol) {
+			t.Errorf("%s kept", vol)
+		}
+	}
+	for _, vol := range []storage.Volume{containerVolume("kept"), snapshotVolume("kept", "s1"), containerVolume("incoming")} {
+		if !td.storage.VolumeExists(vol) {
+			t.Errorf("%s deleted", vol)
+		}
+	}
+	if _, ok := td.storedInstance(t, "novolume"); ok || td.insts.get("novolume") != nil {
+		t.Error("the record without a volume is kept")
+	}
+	if _, err := td.state.GetSnapshot("novolume", "s1"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("its snapshot record: %v", err)
+	}
+	if _, ok := td.storedInstance(t, "kept"); !ok {
+		t.Error("a good record went")
+	}
+	warnings := strings.Join(td.ServerInfo(context.Background()).Host.Warnings, "\n")
+	for _, want := range []string{"instance novolume", "container/stray", "snapshot/stray/s1", "snapshot/kept/unrecorded", "checkpoint/kept/unrecorded", "image/feedface"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warnings)
+		}
+	}
+	if strings.Contains(warnings, "incoming") || strings.Contains(warnings, "kept/s1") {
+		t.Errorf("warnings name what was fine:\n%s", warnings)
 	}
 }

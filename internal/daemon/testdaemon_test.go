@@ -177,6 +177,16 @@ func (td *testDaemon) putInstance(t *testing.T, name string, st state.InstanceSt
 	return rec
 }
 
+// putSnapshot commits the record of snapshot snap of instance name and
+// creates its volume holding content.
+func (td *testDaemon) putSnapshot(t *testing.T, name, snap, content string) {
+	t.Helper()
+	if err := td.state.CreateSnapshot(state.Snapshot{Instance: name, Name: snap, Created: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	td.writeVolume(t, snapshotVolume(name, snap), content)
+}
+
 // writeVolume creates vol holding the file "disk" with content.
 func (td *testDaemon) writeVolume(t *testing.T, vol storage.Volume, content string) {
 	t.Helper()

@@ -15,6 +15,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	securejoin "github.com/cyphar/filepath-securejoin"
 	occgroups "github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -215,14 +216,14 @@ func addExternals(opts *rpc.CriuOpts, st *runcState) error {
 		}
 	}
 	for _, p := range cfg.MaskPaths {
-		fi, err := os.Stat(fmt.Sprintf("/proc/%d/root/%s", st.InitProcessPid, p))
+		isDir, err := isDirInRoot(st.InitProcessPid, p)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			return err
 		}
-		if !fi.IsDir() {
+		if !isDir {
 			extMount(p, "/dev/null") // a masked file is /dev/null bound over it
 		}
 	}
@@ -231,4 +232,26 @@ func addExternals(opts *rpc.CriuOpts, st *runcState) error {
 		extMount(d, d)
 	}
 	return nil
+}
+
+// isDirInRoot reports whether p is a directory as the container whose
+// init is pid sees it: looked up in its root with RESOLVE_IN_ROOT, so a
+// symlink the container planted resolves inside it, never on the host.
+func isDirInRoot(pid int, p string) (bool, error) {
+	root, err := os.Open(fmt.Sprintf("/proc/%d/root", pid))
+	if err != nil {
+		return false, err
+	}
+	defer root.Close()
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(int(root.Fd()), p, &how)
+	if err != nil {
+		return false, &os.PathError{Op: "openat2", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
 }

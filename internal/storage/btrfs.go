@@ -66,6 +66,11 @@ func (d *btrfsDriver) Path(vol Volume) string {
 	return volumePath(d.root, vol)
 }
 
+// ListVolumes implements Driver.
+func (d *btrfsDriver) ListVolumes(ctx context.Context, t VolumeType) ([]Volume, error) {
+	return listVolumes(d.root, t)
+}
+
 // VolumeExists implements Driver.
 func (d *btrfsDriver) VolumeExists(vol Volume) bool {
 	return volumeExists(d.root, vol)

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -69,36 +68,22 @@ func isSubvolume(path string) (bool, error) {
 
 // nestedSubvolumes returns the subvolumes directly nested in the tree at
 // root: it does not descend into the subvolumes it finds, nor into mount
-// points.
+// points (the delete then fails with EBUSY, as it should). The walk
+// follows no symlink (walkTree); the paths it returns are those of a
+// stopped container's tree, which nothing changes meanwhile.
 func nestedSubvolumes(ctx context.Context, root string) ([]string, error) {
 	var found []string
-	visited := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return vanished(path, root, err)
-		}
-		if !d.IsDir() || path == root {
-			return nil
-		}
-		if visited++; visited%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		var st unix.Statx_t
-		if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO, &st); err != nil {
-			return vanished(path, root, &fs.PathError{Op: "statx", Path: path, Err: err})
-		}
+	err := walkTree(ctx, root, func(e *treeEntry) (bool, error) {
 		switch {
-		case isMountRoot(&st):
-			return fs.SkipDir // the delete then fails with EBUSY, as it should
-		case st.Ino == btrfsFirstFreeObjectID:
-			found = append(found, path)
-			return fs.SkipDir
+		case e.st.Mode&unix.S_IFMT != unix.S_IFDIR || e.mountRoot:
+			return false, nil
+		case e.rel != "" && e.st.Ino == btrfsFirstFreeObjectID:
+			found = append(found, filepath.Join(root, filepath.FromSlash(e.rel)))
+			return false, nil
 		}
-		return nil
+		return true, nil
 	})
-	if err != nil && !errors.Is(err, fs.SkipDir) {
+	if err != nil {
 		return nil, fmt.Errorf("find nested subvolumes in %s: %w", root, err)
 	}
 	return found, nil

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,11 +21,14 @@ const (
 	poolLabel = "vessel"
 	// btrfsMountFlags and btrfsMountData are the mount options of a
 	// loop-backed pool: no atime updates (they would turn every read in a
-	// container into metadata writes, unshared across snapshots), and
-	// subvolume deletion by unprivileged owners (for nested container
-	// managers). Compression stays off (the default): it costs CPU on
-	// every write, and container images are mostly compressed already.
-	btrfsMountFlags = unix.MS_NOATIME
+	// container into metadata writes, unshared across snapshots), nosuid
+	// and nodev (the pool is data to the host: a setuid file or a device
+	// node a container's root made in its rootfs gives nothing to whoever
+	// reaches it through the pool), and subvolume deletion by unprivileged
+	// owners (for nested container managers). Compression stays off (the
+	// default): it costs CPU on every write, and container images are
+	// mostly compressed already.
+	btrfsMountFlags = unix.MS_NOATIME | unix.MS_NOSUID | unix.MS_NODEV
 	btrfsMountData  = "user_subvol_rm_allowed"
 	// loopReleaseTimeout is how long Unmount waits for a detached loop
 	// device's last user to let go.
@@ -155,8 +159,11 @@ func (d *btrfsDriver) mountImage() error {
 		return fmt.Errorf("mount pool: %w", err)
 	}
 	m, ours, err := d.rootMount()
-	if err != nil || ours {
+	if err != nil {
 		return err
+	}
+	if ours {
+		return remountFlags(d.root, m, btrfsMountFlags)
 	}
 	if m != nil {
 		return fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
@@ -170,6 +177,30 @@ func (d *btrfsDriver) mountImage() error {
 	defer dev.Close()
 	if err := unix.Mount(dev.Path, d.root, "btrfs", btrfsMountFlags, btrfsMountData); err != nil {
 		return fmt.Errorf("mount %s (%s) at %s: %w", dev.Path, d.loopFile, d.root, err)
+	}
+	return nil
+}
+
+// remountFlags gives the mount m at root the per-mount flags (noatime,
+// nosuid, nodev) if it lacks one: a pool mounted by an older version
+// gets them at the next daemon start. Only this mount changes, not the
+// filesystem (a bind remount).
+func remountFlags(root string, m *mountinfo.Info, flags uintptr) error {
+	have := strings.Split(m.Options, ",")
+	missing := false
+	for flag, opt := range map[uintptr]string{unix.MS_NOATIME: "noatime", unix.MS_NOSUID: "nosuid", unix.MS_NODEV: "nodev"} {
+		if flags&flag != 0 && !slices.Contains(have, opt) {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil
+	}
+	if slices.Contains(have, "ro") {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
+		return fmt.Errorf("remount pool %s nosuid,nodev: %w", root, err)
 	}
 	return nil
 }

@@ -96,11 +96,7 @@ func TestBtrfsMountLifecycle(t *testing.T) {
 	if err != nil || !ours {
 		t.Fatalf("root mount %+v ours=%v err=%v", m, ours, err)
 	}
-	for _, opt := range []string{"noatime"} {
-		if !strings.Contains(","+m.Options+",", ","+opt+",") {
-			t.Errorf("mount options %q lack %s", m.Options, opt)
-		}
-	}
+	checkPoolFlags(t, b)
 	if !strings.Contains(m.VFSOptions, "user_subvol_rm_allowed") || strings.Contains(m.VFSOptions, "compress") {
 		t.Errorf("btrfs options %q: want user_subvol_rm_allowed, no compression", m.VFSOptions)
 	}
@@ -120,6 +116,34 @@ func TestBtrfsMountLifecycle(t *testing.T) {
 	if err := b.CreateVolume(t.Context(), ct1); !errors.Is(err, ErrNotMounted) {
 		t.Errorf("CreateVolume on unmounted pool: %v, want ErrNotMounted", err)
 	}
+}
+
+// checkPoolFlags fails the test unless the pool is mounted noatime,
+// nosuid, nodev.
+func checkPoolFlags(t *testing.T, b *btrfsDriver) {
+	t.Helper()
+	m, ours, err := b.rootMount()
+	if err != nil || !ours {
+		t.Fatalf("root mount %+v ours=%v err=%v", m, ours, err)
+	}
+	for _, opt := range []string{"noatime", "nosuid", "nodev"} {
+		if !strings.Contains(","+m.Options+",", ","+opt+",") {
+			t.Errorf("mount options %q lack %s", m.Options, opt)
+		}
+	}
+}
+
+// TestBtrfsMountAddsNosuid: a pool an older version mounted without
+// nosuid,nodev gets them at the next Mount.
+func TestBtrfsMountAddsNosuid(t *testing.T) {
+	testutil.NeedRoot(t)
+	_, b := mountedLoopPool(t)
+	must(t, unix.Mount("", b.root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOATIME, ""))
+	if m, _, _ := b.rootMount(); strings.Contains(m.Options, "nosuid") {
+		t.Fatalf("remount kept nosuid: %q", m.Options)
+	}
+	must(t, b.Mount(t.Context()))
+	checkPoolFlags(t, b)
 }
 
 // TestBtrfsMountReusesBoundLoop: a loop device already bound to the image

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -45,6 +46,8 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"Usage", testUsage},
 		{"RemountKeepsVolumes", testRemountKeepsVolumes},
 		{"BlockDevices", testBlockDevices},
+		{"ListVolumes", testListVolumes},
+		{"PoolPrivate", testPoolPrivate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t)) })
@@ -440,4 +443,61 @@ func testBlockDevices(t *testing.T, d Driver) {
 	if len(slices.Compact(slices.Sorted(slices.Values(devs)))) != len(devs) {
 		t.Errorf("BlockDevices has duplicates: %v", devs)
 	}
+}
+
+// testListVolumes: every volume of a type is listed, sorted, and nothing
+// else (other types, transfer leftovers).
+func testListVolumes(t *testing.T, d Driver) {
+	ctx := t.Context()
+	for _, vol := range []Volume{
+		img1, ct2, ct1, snap, {Type: VolumeSnapshot, Name: "c2/s1"}, {Type: VolumeCheckpoint, Name: "c1/s1"},
+		transferSnapshot("c1", 1),
+	} {
+		mustCreate(t, d, vol)
+	}
+	want := map[VolumeType]string{
+		VolumeImage:      `[image volume "img1"]`,
+		VolumeContainer:  `[container volume "c1" container volume "c2"]`,
+		VolumeSnapshot:   `[snapshot volume "c1/s1" snapshot volume "c2/s1"]`,
+		VolumeCheckpoint: `[checkpoint volume "c1/s1"]`,
+	}
+	for typ, w := range want {
+		got, err := d.ListVolumes(ctx, typ)
+		if err != nil {
+			t.Fatalf("ListVolumes(%s): %v", typ, err)
+		}
+		if fmt.Sprint(got) != w {
+			t.Errorf("ListVolumes(%s) = %v, want %s", typ, got, w)
+		}
+	}
+	must(t, d.DeleteVolume(ctx, ct1))
+	if got, err := d.ListVolumes(ctx, VolumeContainer); err != nil || fmt.Sprint(got) != `[container volume "c2"]` {
+		t.Errorf("after a delete: ListVolumes = %v, %v", got, err)
+	}
+	if _, err := d.ListVolumes(ctx, "bogus"); !errors.Is(err, ErrInvalidVolume) {
+		t.Errorf("ListVolumes of an unknown type: %v, want ErrInvalidVolume", err)
+	}
+}
+
+// testPoolPrivate: the pool root and the directories holding volumes are
+// root's alone (0700), even where an older version left them 0711.
+func testPoolPrivate(t *testing.T, d Driver) {
+	root := filepath.Dir(filepath.Dir(d.Path(ct1)))
+	check := func(when string) {
+		t.Helper()
+		for _, dir := range []string{root, filepath.Dir(d.Path(ct1)), filepath.Dir(d.Path(img1)), filepath.Dir(filepath.Dir(d.Path(snap)))} {
+			fi, err := os.Stat(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s: %s has mode %o, want 0700", when, dir, fi.Mode().Perm())
+			}
+		}
+	}
+	check("after Mount")
+	must(t, os.Chmod(root, 0o711))
+	must(t, os.Chmod(filepath.Dir(d.Path(ct1)), 0o755))
+	must(t, d.Mount(t.Context()))
+	check("after a second Mount")
 }

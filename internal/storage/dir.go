@@ -54,6 +54,11 @@ func (d *dirDriver) Path(vol Volume) string {
 	return volumePath(d.root, vol)
 }
 
+// ListVolumes implements Driver.
+func (d *dirDriver) ListVolumes(ctx context.Context, t VolumeType) ([]Volume, error) {
+	return listVolumes(d.root, t)
+}
+
 // VolumeExists implements Driver.
 func (d *dirDriver) VolumeExists(vol Volume) bool {
 	return volumeExists(d.root, vol)

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -63,13 +62,19 @@ var errChanged = errors.New("changed while being sent")
 
 // writePass writes a pass of the tree at root to w: everything that
 // differs from prev (all of it when prev is nil). It returns the manifest
-// of what it sent.
+// of what it sent. The tree may be a running container's: it is read
+// through fds from its root, never by path (see tree_at.go).
 func writePass(ctx context.Context, root string, prev manifest, w io.Writer) (manifest, error) {
+	rootfd, err := openTreeRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rootfd)
 	tw := tar.NewWriter(w)
 	if err := writeRecord(tw, formatRecord, transferFormatDir); err != nil {
 		return nil, err
 	}
-	cur, err := writeChanges(ctx, tw, root, prev)
+	cur, err := writeChanges(ctx, tw, rootfd, prev)
 	if err != nil {
 		return nil, err
 	}
@@ -89,49 +94,36 @@ func writeRecord(tw *tar.Writer, key, value string) error {
 	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "vessel", PAXRecords: map[string]string{key: value}})
 }
 
-// writeChanges walks the live tree at root and writes an entry for each
+// writeChanges walks the live tree at rootfd and writes an entry for each
 // inode whose stamp differs from prev. Entries that disappear during the
 // walk are skipped: the next pass reports them deleted. Regular files with
 // several links go last, as groups (see linkGroup).
-func writeChanges(ctx context.Context, tw *tar.Writer, root string, prev manifest) (manifest, error) {
+func writeChanges(ctx context.Context, tw *tar.Writer, rootfd int, prev manifest) (manifest, error) {
 	cur := manifest{}
 	groups := linkGroups{}
-	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return skipVanished(err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			rel = ""
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return skipVanished(err)
-		}
+	err := walkTreeAt(ctx, rootfd, func(e *treeEntry) (bool, error) {
+		st := &e.st
 		s := stamp{Mode: st.Mode, Size: st.Size, MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Ino: st.Ino}
-		old, seen := prev[rel]
+		old, seen := prev[e.rel]
 		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
-			groups.add(p, rel, &st, s, !seen || old != s)
-			return nil
+			groups.add(e.rel, st, s, !seen || old != s)
+			return true, nil
 		}
-		cur[rel] = s
+		cur[e.rel] = s
 		if seen && old == s {
-			return nil
+			return true, nil
 		}
-		err = writeEntry(tw, p, rel, &st, metaOnly(old, seen, &st))
+		err := writeEntry(tw, e.dirfd, e.name, e.rel, st, metaOnly(old, seen, st))
 		if errors.Is(err, errChanged) {
-			cur[rel] = stamp{}
-			return nil
+			cur[e.rel] = stamp{}
+			return true, nil
 		}
-		return err
+		return true, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return cur, groups.write(tw, cur)
+	return cur, groups.write(tw, rootfd, cur)
 }
 
 // A linkGroup is the paths of one multiply-linked regular file found in a
@@ -141,8 +133,7 @@ func writeChanges(ctx context.Context, tw *tar.Writer, root string, prev manifes
 // the walk, and a later pass would then send the file anew (a new inode on
 // the target) under some of its paths but not the others.
 type linkGroup struct {
-	paths   []string // host paths, in walk order
-	rels    []string
+	rels    []string    // in walk order
 	st      unix.Stat_t // of the first path
 	stamp   stamp
 	changed bool
@@ -155,7 +146,7 @@ type linkGroups struct {
 }
 
 // add adds a path to its inode's group.
-func (gs *linkGroups) add(p, rel string, st *unix.Stat_t, s stamp, changed bool) {
+func (gs *linkGroups) add(rel string, st *unix.Stat_t, s stamp, changed bool) {
 	g := gs.byIno[st.Ino]
 	if g == nil {
 		if gs.byIno == nil {
@@ -165,17 +156,17 @@ func (gs *linkGroups) add(p, rel string, st *unix.Stat_t, s stamp, changed bool)
 		gs.byIno[st.Ino] = g
 		gs.order = append(gs.order, st.Ino)
 	}
-	g.paths, g.rels = append(g.paths, p), append(g.rels, rel)
+	g.rels = append(g.rels, rel)
 	g.changed = g.changed || changed
 }
 
 // write writes the entries of the groups that changed and records every
-// group's paths in cur.
-func (gs *linkGroups) write(tw *tar.Writer, cur manifest) error {
+// group's paths in cur. The tree is the one open as rootfd.
+func (gs *linkGroups) write(tw *tar.Writer, rootfd int, cur manifest) error {
 	for _, ino := range gs.order {
 		g := gs.byIno[ino]
 		if g.changed {
-			err := writeEntry(tw, g.paths[0], g.rels[0], &g.st, false)
+			err := writeFirstLink(tw, rootfd, g.rels[0], &g.st)
 			if errors.Is(err, errChanged) {
 				g.stamp = stamp{}
 			} else if err != nil {
@@ -192,6 +183,21 @@ func (gs *linkGroups) write(tw *tar.Writer, cur manifest) error {
 		}
 	}
 	return nil
+}
+
+// writeFirstLink writes the entry of rel, the first path of a link group,
+// found again from the root: its directory is looked up with no symlink
+// allowed on the way. A directory gone or replaced since the walk makes
+// the file's content errChanged.
+func writeFirstLink(tw *tar.Writer, rootfd int, rel string, st *unix.Stat_t) error {
+	dir, name := splitRel(rel)
+	dirfd, err := openBeneath(rootfd, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		dirfd = -1 // writeContent pads the content and says errChanged
+	} else {
+		defer unix.Close(dirfd)
+	}
+	return writeEntry(tw, dirfd, name, rel, st, false)
 }
 
 // skipVanished ignores an error saying an entry is gone.
@@ -211,10 +217,10 @@ func metaOnly(old stamp, seen bool, st *unix.Stat_t) bool {
 		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1
 }
 
-// writeEntry writes one inode of the tree as a tar entry. It returns
-// errChanged if a regular file changed so that its content could not be
-// sent as announced (it was padded with zeros).
-func writeEntry(tw *tar.Writer, p, rel string, st *unix.Stat_t, metaOnly bool) error {
+// writeEntry writes one inode of the tree, name in the directory dirfd,
+// as a tar entry. It returns errChanged if a regular file changed so that
+// its content could not be sent as announced (it was padded with zeros).
+func writeEntry(tw *tar.Writer, dirfd int, name, rel string, st *unix.Stat_t, metaOnly bool) error {
 	hdr := entryHeader(rel, st)
 	if metaOnly {
 		hdr.Typeflag = tar.TypeReg
@@ -225,7 +231,7 @@ func writeEntry(tw *tar.Writer, p, rel string, st *unix.Stat_t, metaOnly bool) e
 	case unix.S_IFDIR:
 		hdr.Typeflag = tar.TypeDir
 	case unix.S_IFLNK:
-		target, err := os.Readlink(p)
+		target, err := readlinkAt(dirfd, name)
 		if err != nil {
 			return skipVanished(err)
 		}
@@ -249,7 +255,21 @@ func writeEntry(tw *tar.Writer, p, rel string, st *unix.Stat_t, metaOnly bool) e
 	if hdr.Typeflag != tar.TypeReg {
 		return nil
 	}
-	return writeContent(tw, p, st)
+	return writeContent(tw, dirfd, name, st)
+}
+
+// readlinkAt returns the target of the symlink name in dirfd.
+func readlinkAt(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", &fs.PathError{Op: "readlinkat", Path: name, Err: err}
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
 }
 
 // writeLink writes an entry making rel a hard link to first, sent earlier
@@ -268,24 +288,30 @@ func entryHeader(rel string, st *unix.Stat_t) *tar.Header {
 	}
 }
 
-// writeContent writes the st.Size bytes of the regular file at p. A file
-// that grows while we copy it is sent at the size announced; one that
-// shrank, vanished or was replaced is padded with zeros (errChanged). The
-// next pass sees its new stamp and sends it again.
-func writeContent(w io.Writer, p string, st *unix.Stat_t) error {
-	// O_NONBLOCK: if p became a fifo, opening it must not wait for a writer.
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// writeContent writes the st.Size bytes of the regular file name in the
+// directory dirfd (-1: its directory is gone). The file is opened without
+// following a symlink and must be the inode st describes. A file that
+// grows while we copy it is sent at the size announced; one that shrank,
+// vanished or was replaced is padded with zeros (errChanged). The next
+// pass sees its new stamp and sends it again.
+func writeContent(w io.Writer, dirfd int, name string, st *unix.Stat_t) error {
 	var n int64
-	if err == nil {
-		f := os.NewFile(uintptr(fd), p)
-		var now unix.Stat_t
-		if err = unix.Fstat(fd, &now); err == nil && now.Ino != st.Ino {
-			err = errChanged
-		}
+	err := error(unix.ENOENT)
+	if dirfd >= 0 {
+		// O_NONBLOCK: if it became a fifo, opening it must not wait for a writer.
+		var fd int
+		fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err == nil {
-			n, err = io.CopyN(w, f, st.Size)
+			f := os.NewFile(uintptr(fd), name)
+			var now unix.Stat_t
+			if err = unix.Fstat(fd, &now); err == nil && (now.Ino != st.Ino || now.Dev != st.Dev) {
+				err = errChanged
+			}
+			if err == nil {
+				n, err = io.CopyN(w, f, st.Size)
+			}
+			f.Close()
 		}
-		f.Close()
 	}
 	if err == nil {
 		return nil
@@ -293,7 +319,7 @@ func writeContent(w io.Writer, p string, st *unix.Stat_t) error {
 	// ENOENT: it vanished; ELOOP: a symlink now; ENXIO: a socket now.
 	if !errors.Is(err, io.EOF) && !errors.Is(err, errChanged) && !errors.Is(err, unix.ENOENT) &&
 		!errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("%s: %w", p, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if _, err := io.CopyN(w, zeros{}, st.Size-n); err != nil {
 		return err

@@ -42,6 +42,9 @@ func TestChunkPaths(t *testing.T) {
 // reported changed.
 func TestWriteContentChanged(t *testing.T) {
 	dir := t.TempDir()
+	dirfd, err := openTreeRoot(dir)
+	must(t, err)
+	defer unix.Close(dirfd)
 	changes := map[string]func(p string) error{
 		"shrank":   func(p string) error { return os.Truncate(p, 10) },
 		"vanished": os.Remove,
@@ -59,7 +62,7 @@ func TestWriteContentChanged(t *testing.T) {
 		must(t, unix.Lstat(p, &st))
 		must(t, change(p))
 		var buf bytes.Buffer
-		if err := writeContent(&buf, p, &st); !errors.Is(err, errChanged) {
+		if err := writeContent(&buf, dirfd, name, &st); !errors.Is(err, errChanged) {
 			t.Errorf("%s: got %v, want errChanged", name, err)
 		}
 		if buf.Len() != 1000 {

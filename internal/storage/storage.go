@@ -131,6 +131,10 @@ type Driver interface {
 	DeleteVolume(ctx context.Context, vol Volume) error
 	// VolumeExists reports whether a volume exists.
 	VolumeExists(vol Volume) bool
+	// ListVolumes returns the volumes of type t in the pool, sorted by
+	// name (reconcile compares them with the records). Transfer leftovers
+	// (DropTransfers removes them) are not listed.
+	ListVolumes(ctx context.Context, t VolumeType) ([]Volume, error)
 	// VolumeUsage returns the bytes a volume uses (Used only).
 	VolumeUsage(ctx context.Context, vol Volume) (uint64, error)
 	// PoolUsage returns the pool's total, used and free bytes.

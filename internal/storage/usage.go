@@ -2,10 +2,7 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,53 +22,25 @@ const ctxCheckEvery = 1024
 func treeUsage(ctx context.Context, root string) (uint64, error) {
 	var total uint64
 	linked := map[[2]uint64]bool{} // dev, ino of inodes with several links
-	visited := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return vanished(path, root, err)
+	err := walkTree(ctx, root, func(e *treeEntry) (bool, error) {
+		if e.mountRoot {
+			return false, nil
 		}
-		if visited++; visited%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		var st unix.Statx_t
-		const mask = unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS
-		if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, mask, &st); err != nil {
-			return vanished(path, root, &fs.PathError{Op: "statx", Path: path, Err: err})
-		}
-		if path != root && isMountRoot(&st) {
-			return fs.SkipDir
-		}
-		if !d.IsDir() && st.Nlink > 1 {
-			key := [2]uint64{unix.Mkdev(st.Dev_major, st.Dev_minor), st.Ino}
+		isDir := e.st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if !isDir && e.st.Nlink > 1 {
+			key := [2]uint64{e.st.Dev, e.st.Ino}
 			if linked[key] {
-				return nil
+				return false, nil
 			}
 			linked[key] = true
 		}
-		total += st.Blocks * 512 // st_blocks is in 512-byte units whatever the block size
-		return nil
+		total += uint64(e.st.Blocks) * 512 // st_blocks is in 512-byte units whatever the block size
+		return true, nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("disk usage of %s: %w", root, err)
 	}
 	return total, nil
-}
-
-// vanished forgives err if it says that path, below root, was removed while
-// the tree was walked (a running container changes its files).
-func vanished(path, root string, err error) error {
-	if path != root && errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
-}
-
-// isMountRoot reports whether st (from statx) is the root of a mount.
-func isMountRoot(st *unix.Statx_t) bool {
-	return st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 &&
-		st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // statfsUsage returns the usage of the filesystem holding path as statfs(2)

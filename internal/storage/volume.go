@@ -36,9 +36,11 @@ func pairNamed(t VolumeType) bool {
 // pool root, on the same filesystem as the volumes so a rename publishes them.
 const stagingDir = ".staging"
 
-// layoutMode is the mode of the pool's top-level directories: traversable
-// for idmapped container users, but not listable by other host users.
-const layoutMode = 0o711
+// layoutMode is the mode of the pool root and its top-level directories:
+// root's alone. A container's root may put setuid files and device nodes
+// in its rootfs; no other host user can reach them (nor a container's
+// data). The runtime reaches a rootfs as root (or through its own mount).
+const layoutMode = 0o700
 
 // maxNameLen is the longest volume name element (NAME_MAX).
 const maxNameLen = 255
@@ -93,11 +95,19 @@ func volumePath(root string, vol Volume) string {
 	return filepath.Join(root, typeDirs[vol.Type], vol.Name)
 }
 
-// makeLayout creates the pool's type directories under root.
+// makeLayout creates the pool's type directories under root and gives
+// root and them layoutMode (a pool an older version made has 0711 ones).
 func makeLayout(root string) error {
+	dirs := []string{root}
 	for _, dir := range typeDirs {
-		if err := os.MkdirAll(filepath.Join(root, dir), layoutMode); err != nil {
+		dirs = append(dirs, filepath.Join(root, dir))
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, layoutMode); err != nil {
 			return fmt.Errorf("create pool layout: %w", err)
+		}
+		if err := os.Chmod(dir, layoutMode); err != nil {
+			return fmt.Errorf("pool layout: %w", err)
 		}
 	}
 	return nil
@@ -197,4 +207,54 @@ func syncfs(path string) error {
 		return fmt.Errorf("syncfs %s: %w", path, err)
 	}
 	return nil
+}
+
+// listVolumes is ListVolumes for a pool rooted at root: the entries of
+// t's directory (of each CONTAINER directory in it, for pair-named types)
+// whose names are volume names. Names beginning with a dot are a driver's
+// own (transfer leftovers, staging) and are left out.
+func listVolumes(root string, t VolumeType) ([]Volume, error) {
+	dir, ok := typeDirs[t]
+	if !ok {
+		return nil, fmt.Errorf("list %q volumes: unknown volume type: %w", t, ErrInvalidVolume)
+	}
+	names, err := volumeNames(filepath.Join(root, dir))
+	if err != nil {
+		return nil, fmt.Errorf("list %s volumes: %w", t, err)
+	}
+	var vols []Volume
+	for _, n := range names {
+		if !pairNamed(t) {
+			vols = append(vols, Volume{Type: t, Name: n})
+			continue
+		}
+		inner, err := volumeNames(filepath.Join(root, dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("list %s volumes: %w", t, err)
+		}
+		for _, s := range inner {
+			vols = append(vols, Volume{Type: t, Name: n + "/" + s})
+		}
+	}
+	return vols, nil
+}
+
+// volumeNames returns the sorted names in dir that are volume name
+// elements and do not begin with a dot; a missing dir has none.
+func volumeNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir) // sorted
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || validateNameElem(e.Name()) != nil {
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	return names, nil
 }
