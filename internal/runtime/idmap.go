@@ -122,7 +122,11 @@ func (r *Runtime) MountIDMapped(src, dst string, m IDMap) error {
 		return fmt.Errorf("idmapped mount of %s: open_tree: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns.Fd())}
+	// The pool is mounted nosuid (a setuid file in a rootfs must not
+	// make a host user root). Through the idmapped mount a setuid file
+	// only gives the container's own ids, and no other host user can
+	// pass the mount point's directory: setuid works again inside.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Attr_clr: unix.MOUNT_ATTR_NOSUID, Userns_fd: uint64(ns.Fd())}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 		return fmt.Errorf("idmapped mount of %s: mount_setattr: %w", src, err)
 	}
