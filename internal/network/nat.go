@@ -42,7 +42,9 @@ func (m *Manager) masqueradeRule() rule {
 // through OUTPUT, not FORWARD.
 func (m *Manager) forwardRules() []rule {
 	br := m.cfg.Bridge
-	fwd := func(spec ...[]string) rule { return rule{Table: "filter", Chain: "FORWARD", Spec: slices.Concat(spec...)} }
+	fwd := func(spec ...[]string) rule {
+		return rule{Table: "filter", Chain: "FORWARD", Spec: slices.Concat(spec...)}
+	}
 	return []rule{
 		fwd([]string{"-i", br}, m.tag(), []string{"-j", "ACCEPT"}),
 		fwd([]string{"-o", br, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"}, m.tag(), []string{"-j", "ACCEPT"}),
