@@ -493,3 +493,16 @@ func (o *outside) listen(port string) net.Listener {
 	o.t.Cleanup(func() { ln.Close() })
 	return ln
 }
+
+// TestFilterBackAfterDaemonRestart: a running container whose port filter
+// is missing (started by a vessel without filters, or flushed by hand)
+// gets it back when the daemon restarts and adopts it.
+func TestFilterBackAfterDaemonRestart(t *testing.T) {
+	s := newSpoofNet(t)
+	l := s.listenOnHost()
+	s.removePortFilter(s.portA)
+	s.RestartDaemon()
+	s.claim(s.ipB, func() { s.send(s.ipB, s.gw, "spoof-b") })
+	s.send(s.ipA, s.gw, "honest-1")
+	noneSpoofed(t, "a as b after a daemon restart", l.until("honest-1"))
+}
