@@ -350,6 +350,13 @@ func (f *fakeNetwork) Detach(ctx context.Context, name string) error {
 	return nil
 }
 
+func (f *fakeNetwork) Guard(ctx context.Context, name string, addr netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Guard %s %s", name, addr)
+	return nil
+}
+
 func (f *fakeNetwork) SetHostLink(name string, up bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -24,7 +24,8 @@ import (
 //   - a record "rolling back" to a snapshot: the disk is replaced again;
 //   - processes the runtime runs (or has paused): adopted, whatever the
 //     record says (a daemon that died between launching them and
-//     committing the start left "stopped"), with the limits written again;
+//     committing the start left "stopped"), with the limits and the port's
+//     anti-spoofing filter written again;
 //     a container left frozen is thawed unless a migration journal says
 //     the move that froze it must settle first (recoverMigrations);
 //   - no processes: whatever a run held (runtime state, netns, cgroup) is
@@ -231,6 +232,11 @@ func (d *Daemon) adopt(ctx context.Context, inst *instance, pid int, thaw bool) 
 		}
 	}
 	d.log.Info("reattached running container", "name", name, "pid", pid)
+	// A container started by a vessel without port filters, or whose
+	// filter was flushed, gets it back; one in place is left alone.
+	if err := d.net.Guard(ctx, name, inst.record().Address); err != nil {
+		d.log.Error("anti-spoofing filter of a running container", "name", name, "err", err)
+	}
 	// Limits are in the kernel already; writing them again repairs an
 	// update a crashed daemon left half done, and ends a start's boost.
 	if err := d.applyLimits(ctx, name, inst.record().Config, 0); err != nil {

@@ -48,6 +48,9 @@ func TestReconcileAdoptsInterruptedStart(t *testing.T) {
 	if n := td.fnet.count("Detach c1"); n != 0 {
 		t.Errorf("network detached %d times", n)
 	}
+	if n := td.fnet.count("Guard c1 " + rec.Address.String()); n != 1 {
+		t.Errorf("port filter guarded %d times with %s, want once", n, rec.Address)
+	}
 	if attached, up := td.fnet.isAttached("c1"); !attached || !up {
 		t.Errorf("network attached %v, link up %v", attached, up)
 	}

@@ -59,6 +59,9 @@ type instanceNetwork interface {
 	// removes them (nothing there is not an error).
 	Attach(ctx context.Context, name string, addr netip.Addr) (network.Endpoint, error)
 	Detach(ctx context.Context, name string) error
+	// Guard installs again the anti-spoofing filter of an attached
+	// instance's port (an adopted container's).
+	Guard(ctx context.Context, name string, addr netip.Addr) error
 	// SetHostLink takes the host side of the link down (the migration's
 	// network lock) or up.
 	SetHostLink(name string, up bool) error

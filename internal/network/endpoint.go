@@ -18,7 +18,9 @@ import (
 // and a veth pair whose host end, HostVethName(bridge, name), is an up port
 // of the bridge and whose other end is "eth0" in the netns, with MAC
 // MACFor(addr), address addr/subnet-bits, and a default route via Gateway;
-// "lo" is up too. The bridge must exist (Setup); addr must be a container
+// "lo" is up too. The port's filter (portfilter.go) is in place before the
+// veth exists: the bridge takes from the port only frames from that MAC,
+// IPv4 from addr and ARP claiming addr at that MAC. The bridge must exist (Setup); addr must be a container
 // address of the subnet (ErrAddressOutside, ErrAddressInUse for the gateway)
 // whose uniqueness the caller has checked (CheckAddress).
 //
@@ -78,6 +80,12 @@ func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (_ E
 		Gateway:  m.layout.gateway,
 		MAC:      MACFor(addr),
 	}
+	// The port is filtered before it exists: no frame of the container
+	// ever crosses the bridge unchecked.
+	if err := m.filterPort(ep); err != nil {
+		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
+	}
+	r.Add(func() { undo("remove port filter", m.filters.remove(ep.HostVeth)) })
 	if err := m.addVeth(host, bridge, ns, ep); err != nil {
 		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
 	}
@@ -181,12 +189,50 @@ func (m *Manager) Detach(ctx context.Context, name string) error {
 	return nil
 }
 
-// detach is Detach on an open netlink handle.
+// detach is Detach on an open netlink handle. The port's filter goes after
+// the veth, so the port never exists unfiltered.
 func (m *Manager) detach(host *netlink.Handle, name string) error {
-	if err := deleteLinkByName(host, HostVethName(m.cfg.Bridge, name)); err != nil {
+	port := HostVethName(m.cfg.Bridge, name)
+	if err := deleteLinkByName(host, port); err != nil {
+		return err
+	}
+	if err := m.filters.remove(port); err != nil {
 		return err
 	}
 	return removeNetns(m.NetnsPath(name))
+}
+
+// filterPort installs (or replaces) the filter of ep's host veth.
+func (m *Manager) filterPort(ep Endpoint) error {
+	mac, err := net.ParseMAC(ep.MAC)
+	if err != nil {
+		return fmt.Errorf("parse mac %s: %w", ep.MAC, err)
+	}
+	return m.filters.install(ep.HostVeth, mac, ep.Address.Addr())
+}
+
+// Guard installs again the port filter of container name, attached with
+// addr: a daemon adopting a running container repairs a filter that is
+// missing (a container started by a vessel without port filters, a flushed
+// ruleset) or stale. It replaces the filter in one atomic step and does not
+// touch the link or the namespace.
+func (m *Manager) Guard(ctx context.Context, name string, addr netip.Addr) error {
+	if err := validContainerName(name); err != nil {
+		return err
+	}
+	addr = addr.Unmap()
+	if err := m.layout.checkHost(addr); err != nil {
+		return fmt.Errorf("guard %s: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ep := Endpoint{HostVeth: HostVethName(m.cfg.Bridge, name), MAC: MACFor(addr),
+		Address: netip.PrefixFrom(addr, m.layout.prefix.Bits())}
+	if err := m.filterPort(ep); err != nil {
+		return fmt.Errorf("guard %s: %w", name, err)
+	}
+	return nil
 }
 
 // Exists reports whether container name's netns file is a live namespace

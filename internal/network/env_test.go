@@ -145,6 +145,9 @@ func (e *testEnv) cleanup() {
 			t.Errorf("cleanup: link %s still exists", l)
 		}
 	}
+	if filterTableExists(t, e.m.cfg.Bridge) {
+		t.Errorf("cleanup: nftables table bridge %s left", filterTableName(e.m.cfg.Bridge))
+	}
 	if n := countRules(t, e.m.natComment()); n != 0 {
 		t.Errorf("cleanup: %d iptables rules tagged %s left", n, e.m.natComment())
 	}

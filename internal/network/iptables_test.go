@@ -1,6 +1,7 @@
 package network
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -55,5 +56,46 @@ func TestOptsArgs(t *testing.T) {
 		if !slices.Equal(tt.got, tt.want) {
 			t.Errorf("args = %q, want %q", tt.got, tt.want)
 		}
+	}
+}
+
+func TestForwardPlan(t *testing.T) {
+	m, err := New(Config{Bridge: "br0", Subnet: netip.MustParsePrefix("10.87.0.0/24"), NetnsDir: "/run/vessel/netns", NAT: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.forwardRules()
+	other := rule{Table: "filter", Chain: "FORWARD", Spec: []string{"-i", "docker0", "-j", "ACCEPT"}}
+	legacy := rule{Table: "filter", Chain: "FORWARD", Spec: slices.Concat([]string{"-o", "br0"}, m.tag(), []string{"-j", "ACCEPT"})}
+	tests := []struct {
+		name    string
+		current []rule
+		wantDel []rule
+		wantIns bool
+	}{
+		{"in place, among other rules", []rule{other, want[0], want[1], other, want[2]}, nil, false},
+		{"missing", []rule{other}, nil, true},
+		{"one missing", []rule{want[0], want[2]}, []rule{want[0], want[2]}, true},
+		{"out of order", []rule{want[2], want[0], want[1]}, []rule{want[2], want[0], want[1]}, true},
+		{"an older vessel's unconditional accept", []rule{want[0], legacy}, []rule{want[0], legacy}, true},
+		{"an extra tagged rule", []rule{want[0], want[1], want[2], legacy}, []rule{want[0], want[1], want[2], legacy}, true},
+	}
+	for _, tt := range tests {
+		del, ins := forwardPlan(tt.current, want, m.natComment())
+		if !slices.EqualFunc(del, tt.wantDel, func(a, b rule) bool { return a.Chain == b.Chain && slices.Equal(a.Spec, b.Spec) }) {
+			t.Errorf("%s: delete %v, want %v", tt.name, del, tt.wantDel)
+		}
+		if (len(ins) > 0) != tt.wantIns || (tt.wantIns && len(ins) != len(want)) {
+			t.Errorf("%s: insert %v, want all: %v", tt.name, ins, tt.wantIns)
+		}
+		for _, r := range del {
+			if r.Table != "filter" {
+				t.Errorf("%s: delete from table %q", tt.name, r.Table)
+			}
+		}
+	}
+	// The REJECT comes last: nothing a container sends, or answers, hits it.
+	if last := want[len(want)-1].Spec; !slices.Contains(last, "REJECT") || !slices.Contains(want[1].Spec, "RELATED,ESTABLISHED") {
+		t.Errorf("forward rules out of order: %v", want)
 	}
 }

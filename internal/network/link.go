@@ -30,3 +30,10 @@ func isLinkNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf)
 }
+
+// linkExists reports whether a link of that name exists; a failed lookup
+// counts as existing (the caller then keeps what belongs to it).
+func linkExists(h *netlink.Handle, name string) bool {
+	_, err := h.LinkByName(name)
+	return !isLinkNotFound(err)
+}

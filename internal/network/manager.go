@@ -22,9 +22,10 @@ const (
 // Manager builds a daemon's network: the bridge, NAT, and per-container
 // netns files and veth pairs. Create it with New.
 type Manager struct {
-	cfg    Config // validated; Subnet masked, NetnsDir clean, MTU set
-	layout subnetLayout
-	ipt    iptables
+	cfg     Config // validated; Subnet masked, NetnsDir clean, MTU set
+	layout  subnetLayout
+	ipt     iptables
+	filters portFilters
 }
 
 // New validates cfg and returns a Manager for it. It touches nothing on the
@@ -66,7 +67,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.Subnet = l.prefix
 	cfg.NetnsDir = filepath.Clean(cfg.NetnsDir)
-	return &Manager{cfg: cfg, layout: l, ipt: iptables{path: "iptables"}}, nil
+	return &Manager{cfg: cfg, layout: l, ipt: iptables{path: "iptables"},
+		filters: portFilters{bridge: cfg.Bridge, dial: dialNFT}}, nil
 }
 
 // Allocate returns the lowest free address of this host's pool (the whole
@@ -100,11 +102,13 @@ func (m *Manager) MountSysfs(name, dir string) error { return MountSysfs(m.Netns
 
 // Setup makes the host match the config; it is idempotent and cheap to run
 // at every daemon start. It creates the bridge if it is missing, sets its MTU,
-// puts the gateway address on it and brings it up. With NAT it turns on IPv4
-// forwarding and adds the masquerade and FORWARD rules that are missing;
-// without NAT it removes rules an earlier configuration added. Last it
-// creates NetnsDir as a private mount, so netns mounts made in it do not
-// propagate to other mount namespaces.
+// puts the gateway address on it and brings it up. It creates the bridge's
+// port filter table (portfilter.go) and drops the filters of ports whose
+// veth no longer exists; the filters of attached ports stay. With NAT it
+// turns on IPv4 forwarding and makes the masquerade and FORWARD rules match
+// natRules; without NAT it removes rules an earlier configuration added.
+// Last it creates NetnsDir as a private mount, so netns mounts made in it do
+// not propagate to other mount namespaces.
 func (m *Manager) Setup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -115,6 +119,12 @@ func (m *Manager) Setup(ctx context.Context) error {
 	}
 	defer h.Close()
 	if err := m.ensureBridge(h); err != nil {
+		return fmt.Errorf("setup bridge %s: %w", m.cfg.Bridge, err)
+	}
+	if err := m.filters.ensure(); err != nil {
+		return fmt.Errorf("setup bridge %s: %w", m.cfg.Bridge, err)
+	}
+	if err := m.filters.prune(func(port string) bool { return linkExists(h, port) }); err != nil {
 		return fmt.Errorf("setup bridge %s: %w", m.cfg.Bridge, err)
 	}
 	if m.cfg.NAT {
@@ -132,7 +142,8 @@ func (m *Manager) Setup(ctx context.Context) error {
 }
 
 // Teardown undoes Setup; it is idempotent. It deletes every iptables rule
-// tagged with this bridge's comment, deletes the bridge (its veth ports stay,
+// tagged with this bridge's comment and the port filter table (every port's
+// filter with it), deletes the bridge (its veth ports stay,
 // detached, until Detach), and removes NetnsDir if no netns file is left in
 // it, unmounting it first if it is a mount point. It keeps going after a
 // failed step and returns all errors joined.
@@ -143,6 +154,9 @@ func (m *Manager) Teardown(ctx context.Context) error {
 	var errs []error
 	if err := m.removeNATIfInstalled(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("teardown nat for %s: %w", m.cfg.Bridge, err))
+	}
+	if err := m.filters.destroy(); err != nil {
+		errs = append(errs, fmt.Errorf("teardown bridge %s: %w", m.cfg.Bridge, err))
 	}
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {

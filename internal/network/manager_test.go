@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,8 +94,8 @@ func TestSetupIdempotent(t *testing.T) {
 		t.Errorf("bridge addresses %v, want just %s", as, want)
 	}
 
-	if n := countRules(t, e.m.natComment()); n != 3 {
-		t.Errorf("%d rules tagged %s after two Setups, want 3", n, e.m.natComment())
+	if n := countRules(t, e.m.natComment()); n != 4 {
+		t.Errorf("%d rules tagged %s after two Setups, want 4", n, e.m.natComment())
 	}
 	fwd, err := os.ReadFile(ipForwardPath)
 	if err != nil || strings.TrimSpace(string(fwd)) != "1" {
@@ -166,4 +168,38 @@ func TestTeardownKeepsDirInUse(t *testing.T) {
 		t.Error("Teardown removed a netns that was still attached")
 	}
 	// The env's cleanup detaches c1 and tears down again.
+}
+
+// TestSetupReplacesOlderForwardRules: an older vessel's unconditional
+// "-o BRIDGE -j ACCEPT" (inbound connections to containers bypassing the
+// host firewall) is gone after Setup, and the FORWARD rules are in order.
+func TestSetupReplacesOlderForwardRules(t *testing.T) {
+	e := newTestEnv(t, true)
+	ctx := context.Background()
+	legacy := []string{"-w", "-I", "FORWARD", "1", "-o", e.m.cfg.Bridge, "-m", "comment", "--comment", e.m.natComment(), "-j", "ACCEPT"}
+	if out, err := exec.Command("iptables", legacy...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables %v: %v: %s", legacy, err, out)
+	}
+	for i := range 2 {
+		if err := e.m.Setup(ctx); err != nil {
+			t.Fatalf("Setup #%d: %v", i+1, err)
+		}
+	}
+	current, err := e.m.ipt.List(ctx, listOpts{Chain: "FORWARD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, r := range current {
+		if hasComment(r.Spec, e.m.natComment()) {
+			got = append(got, r.Spec)
+		}
+	}
+	var want [][]string
+	for _, r := range e.m.forwardRules() {
+		want = append(want, r.Spec)
+	}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("FORWARD rules after Setup:\n%q\nwant\n%q", got, want)
+	}
 }

@@ -13,61 +13,109 @@ import (
 // and its uplinks.
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
-// natRule is one rule Setup installs, and where it goes in its chain.
-type natRule struct {
-	rule rule
-	// top inserts the rule at the head of its chain instead of appending it,
-	// so a host firewall's trailing DROP/REJECT in FORWARD cannot shadow it.
-	top bool
-}
-
 // natComment is the comment on every rule this manager adds.
 func (m *Manager) natComment() string { return "vessel:" + m.cfg.Bridge }
 
-// natRules returns the rules for outbound masquerading of the subnet:
+// masqueradeRule is outbound masquerading of the subnet:
 //
-//	-t nat -A POSTROUTING -s SUBNET ! -o BRIDGE -j MASQUERADE
-//	-t filter -I FORWARD -i BRIDGE -j ACCEPT
-//	-t filter -I FORWARD -o BRIDGE -j ACCEPT
+//	-t nat -A POSTROUTING -s SUBNET ! -o BRIDGE -m comment --comment vessel:BRIDGE -j MASQUERADE
+func (m *Manager) masqueradeRule() rule {
+	return rule{Table: "nat", Chain: "POSTROUTING", Spec: slices.Concat(
+		[]string{"-s", m.layout.prefix.String(), "!", "-o", m.cfg.Bridge},
+		m.tag(), []string{"-j", "MASQUERADE"})}
+}
+
+// forwardRules are the FORWARD rules, in the order they must appear at the
+// head of the chain (a host firewall's own rules come after them):
 //
-// each tagged with -m comment --comment vessel:BRIDGE.
-func (m *Manager) natRules() []natRule {
+//	-i BRIDGE -j ACCEPT                                            containers out, and to each other
+//	-o BRIDGE -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT  answers to them
+//	-o BRIDGE -j REJECT --reject-with icmp-admin-prohibited        nothing else in
+//
+// each tagged with -m comment --comment vessel:BRIDGE. Containers publish no
+// ports: a connection from outside the host to a container is refused,
+// whatever the host firewall's policy, and the sender is told at once
+// (administratively prohibited). Traffic between containers of the bridge
+// is bridged; with br_netfilter it shows up here with the bridge as both
+// in and out interface, and the first rule accepts it (the port filters
+// have checked its source already). The host itself reaches containers
+// through OUTPUT, not FORWARD.
+func (m *Manager) forwardRules() []rule {
 	br := m.cfg.Bridge
-	tag := []string{"-m", "comment", "--comment", m.natComment()}
-	spec := slices.Concat[[]string]
-	return []natRule{
-		{rule: rule{Table: "nat", Chain: "POSTROUTING", Spec: spec(
-			[]string{"-s", m.layout.prefix.String(), "!", "-o", br}, tag, []string{"-j", "MASQUERADE"})}},
-		{top: true, rule: rule{Table: "filter", Chain: "FORWARD", Spec: spec(
-			[]string{"-i", br}, tag, []string{"-j", "ACCEPT"})}},
-		{top: true, rule: rule{Table: "filter", Chain: "FORWARD", Spec: spec(
-			[]string{"-o", br}, tag, []string{"-j", "ACCEPT"})}},
+	fwd := func(spec ...[]string) rule {
+		return rule{Table: "filter", Chain: "FORWARD", Spec: slices.Concat(spec...)}
+	}
+	return []rule{
+		fwd([]string{"-i", br}, m.tag(), []string{"-j", "ACCEPT"}),
+		fwd([]string{"-o", br, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"}, m.tag(), []string{"-j", "ACCEPT"}),
+		fwd([]string{"-o", br}, m.tag(), []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}),
 	}
 }
 
-// ensureNAT enables IPv4 forwarding and adds the NAT rules that are missing.
+// tag is the comment match on every rule of this manager.
+func (m *Manager) tag() []string { return []string{"-m", "comment", "--comment", m.natComment()} }
+
+// ensureNAT enables IPv4 forwarding, adds the masquerade rule if it is
+// missing and makes this manager's FORWARD rules exactly forwardRules, in
+// order (see forwardPlan).
 func (m *Manager) ensureNAT(ctx context.Context) error {
 	if err := enableIPForward(); err != nil {
 		return err
 	}
-	for _, r := range m.natRules() {
-		ok, err := m.ipt.Check(ctx, checkOpts{Rule: r.rule})
-		if err != nil {
-			return fmt.Errorf("check nat rule: %w", err)
-		}
-		if ok {
-			continue
-		}
-		if r.top {
-			err = m.ipt.Insert(ctx, insertOpts{Rule: r.rule, Position: 1})
-		} else {
-			err = m.ipt.Append(ctx, appendOpts{Rule: r.rule})
-		}
-		if err != nil {
+	masq := m.masqueradeRule()
+	ok, err := m.ipt.Check(ctx, checkOpts{Rule: masq})
+	if err != nil {
+		return fmt.Errorf("check nat rule: %w", err)
+	}
+	if !ok {
+		if err := m.ipt.Append(ctx, appendOpts{Rule: masq}); err != nil {
 			return fmt.Errorf("add nat rule: %w", err)
 		}
 	}
+	current, err := m.ipt.List(ctx, listOpts{Table: "filter", Chain: "FORWARD"})
+	if err != nil {
+		return fmt.Errorf("list forward rules: %w", err)
+	}
+	del, ins := forwardPlan(current, m.forwardRules(), m.natComment())
+	for _, r := range del {
+		if err := m.ipt.Delete(ctx, deleteOpts{Rule: r}); err != nil {
+			return fmt.Errorf("delete forward rule: %w", err)
+		}
+	}
+	// Inserted at the head one by one, last first: they end up in order.
+	for _, r := range slices.Backward(ins) {
+		if err := m.ipt.Insert(ctx, insertOpts{Rule: r, Position: 1}); err != nil {
+			return fmt.Errorf("add forward rule: %w", err)
+		}
+	}
 	return nil
+}
+
+// forwardPlan compares the FORWARD chain's rules (current, as listed) with
+// the wanted ones: if the rules tagged with comment are exactly want, in
+// order, nothing changes; otherwise every tagged rule is deleted (rules of
+// an older vessel, such as an unconditional "-o BRIDGE -j ACCEPT", or of
+// another subnet) and want is inserted afresh. Rules are compared as
+// iptables -S prints them, which is the order and spelling forwardRules
+// uses.
+func forwardPlan(current, want []rule, comment string) (del, ins []rule) {
+	var tagged []rule
+	for _, r := range current {
+		if hasComment(r.Spec, comment) {
+			tagged = append(tagged, r)
+		}
+	}
+	same := slices.EqualFunc(tagged, want, func(a, b rule) bool {
+		return a.Chain == b.Chain && slices.Equal(a.Spec, b.Spec)
+	})
+	if same {
+		return nil, nil
+	}
+	for _, r := range tagged {
+		r.Table = "filter"
+		del = append(del, r)
+	}
+	return del, want
 }
 
 // removeNAT deletes every rule in the nat and filter tables that carries

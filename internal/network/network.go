@@ -11,7 +11,12 @@
 //   - Endpoint: a container's attachment: a veth pair whose host end is on the
 //     bridge and whose container end is "eth0" inside the netns, configured
 //     with the container's address and a default route via the gateway.
+//   - Port filter: the anti-spoofing rules of one port (portfilter.go): the
+//     bridge takes from a container's port only frames from its MAC, IPv4
+//     from its address and ARP claiming its address at its MAC. They live in
+//     the nftables table "vessel-BRIDGE" (bridge family).
 //   - NAT: outbound masquerading of the subnet through the host (iptables),
+//     with FORWARD rules that let containers out and only answers in,
 //     tagged with a comment naming the bridge so Teardown removes exactly the
 //     rules this manager added.
 //

@@ -69,6 +69,9 @@ func (h *Host) Leftovers() []string {
 	if h.netCmd("ip", "link", "show", h.bridge).Run() == nil {
 		out = append(out, "bridge "+h.bridge)
 	}
+	if h.hasFilterTable() {
+		out = append(out, "nftables table bridge "+h.filterTable())
+	}
 	for _, table := range []string{"filter", "nat"} {
 		rules, _ := h.netCmd("iptables", "-w", "-t", table, "-S").Output()
 		for _, r := range strings.Split(string(rules), "\n") {
@@ -155,6 +158,7 @@ func (h *Host) forceCleanup() {
 		_ = exec.Command("losetup", "-d", dev).Run()
 	}
 	_ = h.netCmd("ip", "link", "del", h.bridge).Run()
+	h.deleteFilterTable()
 	for _, table := range []string{"filter", "nat"} {
 		rules, _ := h.netCmd("iptables", "-w", "-t", table, "-S").Output()
 		for _, r := range strings.Split(string(rules), "\n") {

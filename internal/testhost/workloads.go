@@ -19,6 +19,8 @@ var (
 	beatSource string
 	//go:embed testdata/undumpable.c
 	undumpableSource string
+	//go:embed testdata/netprobe.c
+	netprobeSource string
 )
 
 // BuildMemhog compiles memhog (testdata/memhog.c: fills MiB of anonymous
@@ -33,6 +35,11 @@ func BuildBeat(dst string) error { return buildStatic("beat", beatSource, dst) }
 // BuildUndumpable compiles undumpable (testdata/undumpable.c: a process
 // tree CRIU refuses to checkpoint) into dst.
 func BuildUndumpable(dst string) error { return buildStatic("undumpable", undumpableSource, dst) }
+
+// BuildNetprobe compiles netprobe (testdata/netprobe.c: sends a UDP
+// datagram from a chosen source address, or prints the datagrams it
+// receives until a marker) into dst.
+func BuildNetprobe(dst string) error { return buildStatic("netprobe", netprobeSource, dst) }
 
 // buildStatic compiles a C program (gcc -static) into the file dst.
 func buildStatic(name, source, dst string) error {
