@@ -117,6 +117,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.BoolVar(&cfg.ExternalGateway, "external-gateway", false, "the subnet's gateway is a router on the uplink, not this host (implies --nat=false)")
 	f.StringSliceVar(&cfg.Listen, "listen", splitEnv("VESSEL_LISTEN"), "HTTPS address for remote clients and peers (host:port, repeatable)")
 	f.StringSliceVar(&cfg.Advertise, "advertise", splitEnv("VESSEL_ADVERTISE"), "addresses written into join tokens (default: the --listen addresses)")
+	f.IntVar(&cfg.MaxConnections, "max-connections", int(envUint("VESSEL_MAX_CONNECTIONS", uint64(cfg.MaxConnections))), "API connections served at once on each listener; more wait until one closes (0: no cap)")
+	f.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "longest a client may take to send one API request, body included (streams, uploads and waits of trusted callers are exempt)")
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
 	f.StringVar(&cfg.ControlCgroup, "control-cgroup", env("VESSEL_CONTROL_CGROUP", ""), `vesseld's own cgroup (default CGROUP_PARENT-control; "none": stay where started, e.g. in a systemd slice)`)
 	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
@@ -160,9 +162,16 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 		return err
 	}
 	handler := server.New(d, log)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	limits := server.DefaultLimits()
+	limits.MaxConns = cfg.MaxConnections
+	if cfg.HTTPReadTimeout > 0 {
+		limits.ReadTimeout = cfg.HTTPReadTimeout
+	}
+	// Each listener has its own connection cap: a flood on the HTTPS
+	// address does not lock the local administrator out of the socket.
+	srv := server.NewHTTPServer(handler, limits)
 	errc := make(chan error, 1+len(cfg.Listen))
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(server.Listen(ln, limits)) }()
 	var remote []*http.Server
 	for _, addr := range cfg.Listen {
 		tl, err := tls.Listen("tcp", addr, d.TLSConfig())
@@ -171,9 +180,9 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 			_ = d.Shutdown(context.Background())
 			return fmt.Errorf("listen on %s: %w", addr, err)
 		}
-		rs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		rs := server.NewHTTPServer(handler, limits)
 		remote = append(remote, rs)
-		go func() { errc <- rs.Serve(tl) }()
+		go func() { errc <- rs.Serve(server.Listen(tl, limits)) }()
 		log.Info("serving HTTPS", "address", addr, "fingerprint", d.Fingerprint())
 	}
 	pidFile := filepath.Join(cfg.Root, "vesseld.pid")

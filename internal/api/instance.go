@@ -99,7 +99,8 @@ const (
 type InstanceStatePut struct {
 	Action string `json:"action"`
 	// Timeout is how long a graceful stop may take, in seconds, before the
-	// container is killed; 0 means the default (30 s).
+	// container is killed; 0 means the default (30 s). At most 24 h: a
+	// negative or larger value is refused with 400.
 	Timeout int `json:"timeout"`
 	// Force kills at once instead of asking init to shut down.
 	Force bool `json:"force"`

@@ -37,6 +37,12 @@ type Config struct {
 	// hosts; Advertise, if set, are the addresses written into join tokens.
 	Listen    []string
 	Advertise []string
+	// MaxConnections caps the API connections served at once on each
+	// listener (unix socket, each HTTPS address); 0: no cap.
+	// HTTPReadTimeout bounds reading one request, body included (see
+	// server.Limits for the routes exempt from it).
+	MaxConnections  int
+	HTTPReadTimeout time.Duration
 
 	// Bridge, Subnet and NAT configure the containers' network. IPPool
 	// restricts new addresses to part of Subnet; Uplink is an interface to
@@ -123,6 +129,10 @@ const (
 	// image in a copy-mode restore.
 	DefaultRestoreTimeout = 5 * time.Minute
 	DefaultBusybox        = "/bin/busybox"
+	// DefaultMaxConnections and DefaultHTTPReadTimeout are the API
+	// server's (see server.Limits).
+	DefaultMaxConnections  = 1024
+	DefaultHTTPReadTimeout = 30 * time.Second
 )
 
 // DefaultConfig returns the configuration of a stand-alone host.
@@ -145,6 +155,8 @@ func DefaultConfig() Config {
 		StopTimeout:      DefaultStopTimeout,
 		RestoreTimeout:   DefaultRestoreTimeout,
 		SnapshotIO:       SnapshotIOVessel,
+		MaxConnections:   DefaultMaxConnections,
+		HTTPReadTimeout:  DefaultHTTPReadTimeout,
 	}
 }
 
@@ -192,6 +204,12 @@ func (c *Config) fill() error {
 	}
 	if c.Busybox == "" {
 		c.Busybox = def.Busybox
+	}
+	if c.MaxConnections < 0 {
+		return errorf(ErrInvalid, "max connections %d: want 0 (no cap) or more", c.MaxConnections)
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = def.HTTPReadTimeout
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = def.StopTimeout
