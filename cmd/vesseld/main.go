@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/image"
 	"github.com/vesselhost/vessel/internal/server"
 )
 
@@ -60,7 +61,7 @@ func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
 	var faults []string
-	var storageSize int64
+	var storageSize, imageMaxSize int64
 	cmd := &cobra.Command{
 		Use:   "vesseld",
 		Short: "The vessel daemon: system containers behind a REST API",
@@ -92,6 +93,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 				cfg.IPPool = pool.Masked()
 			}
 			cfg.StorageSize = storageSize << 20
+			cfg.ImageMaxSize = imageMaxSize << 20
 			if cfg.Faults, err = daemon.ParseFaults(faults); err != nil {
 				return err
 			}
@@ -109,6 +111,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.StorageDriver, "storage-driver", env("VESSEL_STORAGE_DRIVER", cfg.StorageDriver), "storage driver: btrfs or dir")
 	f.StringVar(&cfg.StorageSource, "storage-source", env("VESSEL_STORAGE_SOURCE", ""), "existing btrfs directory to use instead of a loop-backed pool file")
 	f.Int64Var(&storageSize, "storage-size", cfg.StorageSize>>20, "size of a new loop-backed pool file, MiB")
+	f.Int64Var(&imageMaxSize, "image-max-size", int64(envUint("VESSEL_IMAGE_MAX_SIZE", image.DefaultMaxSize>>20)), "largest image accepted, once decompressed, MiB (an import beyond it fails with 413)")
 	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")
 	f.StringVar(&subnet, "subnet", env("VESSEL_SUBNET", cfg.Subnet.String()), "containers' IPv4 subnet")
 	f.BoolVar(&cfg.NAT, "nat", cfg.NAT, "masquerade containers' outbound traffic")

@@ -32,6 +32,9 @@ type Config struct {
 	StorageSource string
 	// StorageSize is the size of a new loop-backed pool file in bytes.
 	StorageSize int64
+	// ImageMaxSize bounds an image once decompressed, in bytes (0:
+	// image.DefaultMaxSize): a decompression bomb is stopped there.
+	ImageMaxSize int64
 
 	// Listen are HTTPS addresses (host:port) for remote clients and peer
 	// hosts; Advertise, if set, are the addresses written into join tokens.
