@@ -60,7 +60,7 @@ func envBool(key string, def bool) bool {
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
-	var faults []string
+	var faults, defaultLimits []string
 	var storageSize, imageMaxSize int64
 	cmd := &cobra.Command{
 		Use:   "vesseld",
@@ -94,6 +94,9 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 			}
 			cfg.StorageSize = storageSize << 20
 			cfg.ImageMaxSize = imageMaxSize << 20
+			if cfg.DefaultLimits, err = parseKeyValues(defaultLimits); err != nil {
+				return fmt.Errorf("bad --default-limit: %w", err)
+			}
 			if cfg.Faults, err = daemon.ParseFaults(faults); err != nil {
 				return err
 			}
@@ -130,6 +133,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
+	f.StringArrayVar(&defaultLimits, "default-limit", splitEnv("VESSEL_DEFAULT_LIMITS"), `a limit for containers that set none, KEY=VALUE (repeatable): e.g. limits.memory=2GiB, limits.processes=unlimited (default: limits.processes and limits.memory derived from the host, see 'vessel info')`)
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
 	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "longest a migration target's CRIU restore may take before it is killed and the source resumes the container")
 	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who writes a checkpoint's memory pages: vessel (O_DIRECT writer) or criu (CRIU's own, then fsync; for comparison)")
@@ -138,6 +142,19 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	_ = f.MarkHidden("fault")
 	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
+}
+
+// parseKeyValues parses KEY=VALUE pairs.
+func parseKeyValues(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want KEY=VALUE", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 func splitEnv(key string) []string {

@@ -14,12 +14,16 @@ const (
 
 // Instance is a container as the API shows it.
 type Instance struct {
-	Name       string            `json:"name"`
-	Status     string            `json:"status"`
-	Image      string            `json:"image"`
-	Created    time.Time         `json:"created"`
-	LastStart  time.Time         `json:"last_start,omitzero"`
-	Config     map[string]string `json:"config"`
+	Name      string            `json:"name"`
+	Status    string            `json:"status"`
+	Image     string            `json:"image"`
+	Created   time.Time         `json:"created"`
+	LastStart time.Time         `json:"last_start,omitzero"`
+	Config    map[string]string `json:"config"`
+	// Defaults are the host's default limits that apply to this instance:
+	// those of the keys Config does not set. It runs with Config and
+	// Defaults together.
+	Defaults   map[string]string `json:"defaults,omitempty"`
 	OS         OS                `json:"os"`
 	IPv4       string            `json:"ipv4,omitempty"`
 	PID        int               `json:"pid,omitempty"`

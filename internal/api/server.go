@@ -47,6 +47,9 @@ type HostInfo struct {
 	// StorageDevices are the disks under the storage pool and their I/O
 	// schedulers.
 	StorageDevices []BlockDevice `json:"storage_devices,omitempty"`
+	// DefaultLimits are the limits.* values every container runs with
+	// unless its configuration sets them ("unlimited": no limit).
+	DefaultLimits map[string]string `json:"default_limits,omitempty"`
 }
 
 // OS names a distribution (from os-release).

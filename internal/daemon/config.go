@@ -82,6 +82,13 @@ type Config struct {
 	Shim    string
 	Busybox string
 
+	// DefaultLimits are limits.* keys applied to every instance that does
+	// not set them (see limits_default.go). fill derives limits.processes
+	// and limits.memory from the host and puts these over them: a value
+	// "unlimited" turns a default off, an empty one drops it. After fill
+	// it holds the defaults in force.
+	DefaultLimits map[string]string
+
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
 	// RestoreTimeout bounds a migration target's CRIU restore: a restore
@@ -214,6 +221,11 @@ func (c *Config) fill() error {
 	if c.HTTPReadTimeout <= 0 {
 		c.HTTPReadTimeout = def.HTTPReadTimeout
 	}
+	limits, err := effectiveDefaultLimits(c.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	c.DefaultLimits = limits
 	if c.StopTimeout == 0 {
 		c.StopTimeout = def.StopTimeout
 	}
