@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -241,10 +242,11 @@ func TestExecFrameTooLarge(t *testing.T) {
 	d := websocket.Dialer{NetDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.Socket())
 	}}
-	ws, _, err := d.Dial("ws://vessel/1.0/instances/c1/exec", nil)
+	ws, resp, err := d.Dial("ws://vessel/1.0/instances/c1/exec", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	resp.Body.Close()
 	defer ws.Close()
 	if err := ws.WriteJSON(api.ExecPost{Command: []string{"sleep", "3131"}}); err != nil {
 		t.Fatal(err)
@@ -350,7 +352,7 @@ func TestSlowLorisAndFlood(t *testing.T) {
 		_ = c.SetReadDeadline(time.Now().Add(bound))
 		if _, err := bufio.NewReader(c).ReadByte(); err == nil {
 			t.Errorf("flood connection %d: the server sent data instead of closing", i)
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			t.Errorf("flood connection %d still open after %v", i, bound)
 		}
 	}
