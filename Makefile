@@ -10,7 +10,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # CRIU is built into /usr/local/sbin by setup.
 export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
 
-.PHONY: all setup build test unit integration demo bench vet lint tidy clean
+.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean
 
 all: build
 
@@ -42,10 +42,16 @@ tidy:
 unit:
 	$(GO) test -race -short -count=1 -exec $(CURDIR)/scripts/as-nobody ./...
 
-# Every test: the checks and unit tests above, then every test again, as
+# Every fuzz target (go test -fuzz) for a bounded time: FUZZTIME each
+# (default 6s, under two minutes in all). A crash fails; its input is kept
+# in the package's testdata/fuzz/ and replayed by every later `go test`.
+fuzz:
+	GO=$(GO) scripts/fuzz.sh
+
+# Every test: the checks, unit tests and fuzzing above, then every test again, as
 # root against the real kernel, runc, CRIU and btrfs. Packages run one at
 # a time: they share the machine's loop devices, cgroups and CPU.
-test: setup build vet lint tidy unit
+test: setup build vet lint tidy unit fuzz
 	$(GO) test -count=1 -p 1 -timeout 60m ./...
 
 integration: setup build

@@ -85,7 +85,7 @@ func newConfigShowCmd() *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "show [REMOTE:]NAME",
-		Short: "Show a container's configuration",
+		Short: "Show a container's configuration (and the host's default limits it runs with)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inst, err := getInstance(cmd.Context(), args[0])
@@ -100,6 +100,9 @@ func newConfigShowCmd() *cobra.Command {
 			if format == formatTable {
 				for _, k := range keys {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", k, inst.Config[k])
+				}
+				for _, k := range sortedKeys(inst.Defaults) {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (host default)\n", k, inst.Defaults[k])
 				}
 				return nil
 			}

@@ -60,6 +60,7 @@ func hostPairs(h api.HostInfo) [][2]string {
 		{"Containers", fmt.Sprintf("%d (%d running)", h.Instances, h.InstancesUp)},
 		{"Control cgroup", controlLine(h.Control)},
 		{"Storage devices", devicesLine(h.StorageDevices)},
+		{"Default limits", defaultsLine(h.DefaultLimits)},
 		{"vessel", h.VesselVersion},
 		{"Warnings", warningsLine(h.Warnings)},
 	}
@@ -79,6 +80,25 @@ func controlLine(c api.ControlPlane) string {
 		return fmt.Sprintf("none (vesseld stays where it was started); containers in %s", c.ContainersCgroup)
 	}
 	return fmt.Sprintf("%s, CPU weight %d (containers: %s, %d)", c.Cgroup, c.CPUWeight, c.ContainersCgroup, c.ContainersCPUWeight)
+}
+
+// defaultsLine lists the host's default limits.
+func defaultsLine(limits map[string]string) string {
+	var parts []string
+	for _, k := range sortedKeys(limits) {
+		parts = append(parts, k+"="+limits[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // devicesLine lists block devices with their I/O schedulers.
@@ -139,6 +159,9 @@ func instancePairs(i api.Instance) [][2]string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		p = append(p, [2]string{"config " + k, i.Config[k]})
+	}
+	for _, k := range sortedKeys(i.Defaults) {
+		p = append(p, [2]string{"config " + k, i.Defaults[k] + " (host default)"})
 	}
 	return p
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vesselhost/vessel/internal/daemon"
+	"github.com/vesselhost/vessel/internal/image"
 	"github.com/vesselhost/vessel/internal/server"
 )
 
@@ -59,8 +60,8 @@ func envBool(key string, def bool) bool {
 func newRootCmd() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var subnet, ipPool, logLevel string
-	var faults []string
-	var storageSize int64
+	var faults, defaultLimits []string
+	var storageSize, imageMaxSize int64
 	cmd := &cobra.Command{
 		Use:   "vesseld",
 		Short: "The vessel daemon: system containers behind a REST API",
@@ -92,6 +93,10 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 				cfg.IPPool = pool.Masked()
 			}
 			cfg.StorageSize = storageSize << 20
+			cfg.ImageMaxSize = imageMaxSize << 20
+			if cfg.DefaultLimits, err = parseKeyValues(defaultLimits); err != nil {
+				return fmt.Errorf("bad --default-limit: %w", err)
+			}
 			if cfg.Faults, err = daemon.ParseFaults(faults); err != nil {
 				return err
 			}
@@ -109,6 +114,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.StorageDriver, "storage-driver", env("VESSEL_STORAGE_DRIVER", cfg.StorageDriver), "storage driver: btrfs or dir")
 	f.StringVar(&cfg.StorageSource, "storage-source", env("VESSEL_STORAGE_SOURCE", ""), "existing btrfs directory to use instead of a loop-backed pool file")
 	f.Int64Var(&storageSize, "storage-size", cfg.StorageSize>>20, "size of a new loop-backed pool file, MiB")
+	f.Int64Var(&imageMaxSize, "image-max-size", int64(envUint("VESSEL_IMAGE_MAX_SIZE", image.DefaultMaxSize>>20)), "largest image accepted, once decompressed, MiB (an import beyond it fails with 413)")
 	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")
 	f.StringVar(&subnet, "subnet", env("VESSEL_SUBNET", cfg.Subnet.String()), "containers' IPv4 subnet")
 	f.BoolVar(&cfg.NAT, "nat", cfg.NAT, "masquerade containers' outbound traffic")
@@ -117,6 +123,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.BoolVar(&cfg.ExternalGateway, "external-gateway", false, "the subnet's gateway is a router on the uplink, not this host (implies --nat=false)")
 	f.StringSliceVar(&cfg.Listen, "listen", splitEnv("VESSEL_LISTEN"), "HTTPS address for remote clients and peers (host:port, repeatable)")
 	f.StringSliceVar(&cfg.Advertise, "advertise", splitEnv("VESSEL_ADVERTISE"), "addresses written into join tokens (default: the --listen addresses)")
+	f.IntVar(&cfg.MaxConnections, "max-connections", int(envUint("VESSEL_MAX_CONNECTIONS", uint64(cfg.MaxConnections))), "API connections served at once on each listener; more wait until one closes (0: no cap)")
+	f.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "longest a client may take to send one API request, body included (streams, uploads and waits of trusted callers are exempt)")
 	f.StringVar(&cfg.CgroupParent, "cgroup-parent", env("VESSEL_CGROUP_PARENT", cfg.CgroupParent), "parent cgroup of the containers")
 	f.StringVar(&cfg.ControlCgroup, "control-cgroup", env("VESSEL_CONTROL_CGROUP", ""), `vesseld's own cgroup (default CGROUP_PARENT-control; "none": stay where started, e.g. in a systemd slice)`)
 	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
@@ -125,6 +133,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
+	f.StringArrayVar(&defaultLimits, "default-limit", splitEnv("VESSEL_DEFAULT_LIMITS"), `a limit for containers that set none, KEY=VALUE (repeatable): e.g. limits.memory=2GiB, limits.processes=unlimited (default: limits.processes and limits.memory derived from the host, see 'vessel info')`)
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")
 	f.DurationVar(&cfg.RestoreTimeout, "restore-timeout", cfg.RestoreTimeout, "longest a migration target's CRIU restore may take before it is killed and the source resumes the container")
 	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who writes a checkpoint's memory pages: vessel (O_DIRECT writer) or criu (CRIU's own, then fsync; for comparison)")
@@ -133,6 +142,19 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	_ = f.MarkHidden("fault")
 	f.StringVar(&logLevel, "log-level", env("VESSEL_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
+}
+
+// parseKeyValues parses KEY=VALUE pairs.
+func parseKeyValues(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want KEY=VALUE", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 func splitEnv(key string) []string {
@@ -160,9 +182,16 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 		return err
 	}
 	handler := server.New(d, log)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	limits := server.DefaultLimits()
+	limits.MaxConns = cfg.MaxConnections
+	if cfg.HTTPReadTimeout > 0 {
+		limits.ReadTimeout = cfg.HTTPReadTimeout
+	}
+	// Each listener has its own connection cap: a flood on the HTTPS
+	// address does not lock the local administrator out of the socket.
+	srv := server.NewHTTPServer(handler, limits)
 	errc := make(chan error, 1+len(cfg.Listen))
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(server.Listen(ln, limits)) }()
 	var remote []*http.Server
 	for _, addr := range cfg.Listen {
 		tl, err := tls.Listen("tcp", addr, d.TLSConfig())
@@ -171,9 +200,9 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 			_ = d.Shutdown(context.Background())
 			return fmt.Errorf("listen on %s: %w", addr, err)
 		}
-		rs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		rs := server.NewHTTPServer(handler, limits)
 		remote = append(remote, rs)
-		go func() { errc <- rs.Serve(tl) }()
+		go func() { errc <- rs.Serve(server.Listen(tl, limits)) }()
 		log.Info("serving HTTPS", "address", addr, "fingerprint", d.Fingerprint())
 	}
 	pidFile := filepath.Join(cfg.Root, "vesseld.pid")

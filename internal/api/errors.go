@@ -9,6 +9,7 @@ import (
 // server answers an error of a kind with its status code (400, 404, 409,
 // 403); the client maps an error reply's code back to the kind, so
 // errors.Is(err, api.ErrNotFound) holds on both sides of the connection.
+// ErrTooLarge is 413.
 var (
 	// ErrInvalid says the request is malformed (bad name, bad value): 400.
 	ErrInvalid = errors.New("invalid request")
@@ -20,6 +21,9 @@ var (
 	// ErrForbidden says the caller may not do this (untrusted, bad
 	// token): 403.
 	ErrForbidden = errors.New("forbidden")
+	// ErrTooLarge says the request (a JSON body, an image once
+	// decompressed) is larger than the server accepts: 413.
+	ErrTooLarge = errors.New("too large")
 )
 
 // StatusCanceled is the status of an error reply whose work was cancelled

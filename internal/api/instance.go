@@ -14,12 +14,16 @@ const (
 
 // Instance is a container as the API shows it.
 type Instance struct {
-	Name       string            `json:"name"`
-	Status     string            `json:"status"`
-	Image      string            `json:"image"`
-	Created    time.Time         `json:"created"`
-	LastStart  time.Time         `json:"last_start,omitzero"`
-	Config     map[string]string `json:"config"`
+	Name      string            `json:"name"`
+	Status    string            `json:"status"`
+	Image     string            `json:"image"`
+	Created   time.Time         `json:"created"`
+	LastStart time.Time         `json:"last_start,omitzero"`
+	Config    map[string]string `json:"config"`
+	// Defaults are the host's default limits that apply to this instance:
+	// those of the keys Config does not set. It runs with Config and
+	// Defaults together.
+	Defaults   map[string]string `json:"defaults,omitempty"`
 	OS         OS                `json:"os"`
 	IPv4       string            `json:"ipv4,omitempty"`
 	PID        int               `json:"pid,omitempty"`
@@ -99,7 +103,8 @@ const (
 type InstanceStatePut struct {
 	Action string `json:"action"`
 	// Timeout is how long a graceful stop may take, in seconds, before the
-	// container is killed; 0 means the default (30 s).
+	// container is killed; 0 means the default (30 s). At most 24 h: a
+	// negative or larger value is refused with 400.
 	Timeout int `json:"timeout"`
 	// Force kills at once instead of asking init to shut down.
 	Force bool `json:"force"`

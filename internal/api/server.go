@@ -50,6 +50,9 @@ type HostInfo struct {
 	// Warnings are what the daemon found wrong at its start and cleaned
 	// (e.g. a volume without an instance record), one sentence each.
 	Warnings []string `json:"warnings,omitempty"`
+	// DefaultLimits are the limits.* values every container runs with
+	// unless its configuration sets them ("unlimited": no limit).
+	DefaultLimits map[string]string `json:"default_limits,omitempty"`
 }
 
 // OS names a distribution (from os-release).

@@ -17,7 +17,8 @@ type TokenPost struct {
 	Name string `json:"name"`
 	// Kind is TrustKindClient (default) or TrustKindPeer (another host).
 	Kind string `json:"kind,omitempty"`
-	// TTLSeconds is the token's lifetime (default 24 h).
+	// TTLSeconds is the token's lifetime (0: the default, 24 h; at most
+	// 365 days, more is refused with 400).
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
 }
 

@@ -28,7 +28,8 @@ import (
 // Error is an error reply from the daemon. Its message is the daemon's;
 // errors.Is finds the error kind its code stands for (api.ErrInvalid for
 // 400, api.ErrNotFound for 404, api.ErrConflict for 409, api.ErrForbidden
-// for 403, context.Canceled for api.StatusCanceled).
+// for 403, api.ErrTooLarge for 413, context.Canceled for
+// api.StatusCanceled).
 type Error struct {
 	// Code is the HTTP status (400 bad input, 404 unknown, 409 conflict...).
 	Code    int
@@ -51,6 +52,8 @@ func kindOf(code int) error {
 		return api.ErrConflict
 	case http.StatusForbidden:
 		return api.ErrForbidden
+	case http.StatusRequestEntityTooLarge:
+		return api.ErrTooLarge
 	case api.StatusCanceled:
 		return context.Canceled
 	}

@@ -103,7 +103,7 @@ func TestCancelledOperation(t *testing.T) {
 // daemon's message.
 func TestErrorKinds(t *testing.T) {
 	ctx := t.Context()
-	kinds := []error{api.ErrInvalid, api.ErrNotFound, api.ErrConflict, api.ErrForbidden, context.Canceled}
+	kinds := []error{api.ErrInvalid, api.ErrNotFound, api.ErrConflict, api.ErrForbidden, api.ErrTooLarge, context.Canceled}
 	cases := []struct {
 		name string
 		err  error // what the core returns
@@ -114,6 +114,7 @@ func TestErrorKinds(t *testing.T) {
 		{"not found", api.Errorf(api.ErrNotFound, "image %q not found", "x"), api.ErrNotFound, http.StatusNotFound},
 		{"conflict", api.Errorf(api.ErrConflict, "image %q is in use by web1", "x"), api.ErrConflict, http.StatusConflict},
 		{"forbidden", api.Errorf(api.ErrForbidden, "not for you"), api.ErrForbidden, http.StatusForbidden},
+		{"too large", api.Errorf(api.ErrTooLarge, "image larger than 1 GiB"), api.ErrTooLarge, http.StatusRequestEntityTooLarge},
 		{"cancelled", fmt.Errorf("delete image %q: %w", "x", context.Canceled), context.Canceled, api.StatusCanceled},
 		{"other", errors.New("disk on fire"), nil, http.StatusInternalServerError},
 	}

@@ -33,11 +33,20 @@ type Config struct {
 	StorageSource string
 	// StorageSize is the size of a new loop-backed pool file in bytes.
 	StorageSize int64
+	// ImageMaxSize bounds an image once decompressed, in bytes (0:
+	// image.DefaultMaxSize): a decompression bomb is stopped there.
+	ImageMaxSize int64
 
 	// Listen are HTTPS addresses (host:port) for remote clients and peer
 	// hosts; Advertise, if set, are the addresses written into join tokens.
 	Listen    []string
 	Advertise []string
+	// MaxConnections caps the API connections served at once on each
+	// listener (unix socket, each HTTPS address); 0: no cap.
+	// HTTPReadTimeout bounds reading one request, body included (see
+	// server.Limits for the routes exempt from it).
+	MaxConnections  int
+	HTTPReadTimeout time.Duration
 
 	// Bridge, Subnet and NAT configure the containers' network. IPPool
 	// restricts new addresses to part of Subnet; Uplink is an interface to
@@ -81,6 +90,12 @@ type Config struct {
 	// AcceptPrivileged lets peers move privileged containers in
 	// (security.privileged=true): such a container is root on this host.
 	AcceptPrivileged bool
+	// DefaultLimits are limits.* keys applied to every instance that does
+	// not set them (see limits_default.go). fill derives limits.processes
+	// and limits.memory from the host and puts these over them: a value
+	// "unlimited" turns a default off, an empty one drops it. After fill
+	// it holds the defaults in force.
+	DefaultLimits map[string]string
 
 	// StopTimeout is how long a graceful stop may take by default.
 	StopTimeout time.Duration
@@ -132,6 +147,10 @@ const (
 	// image in a copy-mode restore.
 	DefaultRestoreTimeout = 5 * time.Minute
 	DefaultBusybox        = "/bin/busybox"
+	// DefaultMaxConnections and DefaultHTTPReadTimeout are the API
+	// server's (see server.Limits).
+	DefaultMaxConnections  = 1024
+	DefaultHTTPReadTimeout = 30 * time.Second
 )
 
 // DefaultConfig returns the configuration of a stand-alone host.
@@ -154,6 +173,8 @@ func DefaultConfig() Config {
 		StopTimeout:      DefaultStopTimeout,
 		RestoreTimeout:   DefaultRestoreTimeout,
 		SnapshotIO:       SnapshotIOVessel,
+		MaxConnections:   DefaultMaxConnections,
+		HTTPReadTimeout:  DefaultHTTPReadTimeout,
 	}
 }
 
@@ -202,6 +223,17 @@ func (c *Config) fill() error {
 	if c.Busybox == "" {
 		c.Busybox = def.Busybox
 	}
+	if c.MaxConnections < 0 {
+		return errorf(ErrInvalid, "max connections %d: want 0 (no cap) or more", c.MaxConnections)
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = def.HTTPReadTimeout
+	}
+	limits, err := effectiveDefaultLimits(c.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	c.DefaultLimits = limits
 	if c.StopTimeout == 0 {
 		c.StopTimeout = def.StopTimeout
 	}

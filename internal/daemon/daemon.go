@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, err
 	}
 	d.peerAPIFor = func(p state.Peer) peerAPI { return client.NewHTTPS(p.Addresses[0], p.Fingerprint, d.identity) }
-	if d.images, err = image.NewStore(cfg.imagesDir()); err != nil {
+	if d.images, err = image.NewStore(cfg.imagesDir(), cfg.ImageMaxSize); err != nil {
 		return nil, err
 	}
 	if err := d.openStorage(ctx); err != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os/exec"
 	goruntime "runtime"
 	"strings"
@@ -99,6 +100,7 @@ func (d *Daemon) ServerInfo(ctx context.Context) api.Server {
 	h.InstancesUp = d.insts.countRunning()
 	h.Control = d.controlPlane()
 	h.StorageDevices = d.storageDevices(ctx)
+	h.DefaultLimits = maps.Clone(d.cfg.DefaultLimits)
 	return api.Server{APIVersion: api.Version, Host: h}
 }
 

@@ -141,6 +141,9 @@ func (d *Daemon) ImportImage(ctx context.Context, r io.Reader, alias string) (ap
 		if errors.Is(err, image.ErrInvalidImage) {
 			return api.Image{}, errorf(ErrInvalid, "%w", err)
 		}
+		if errors.Is(err, image.ErrTooLarge) {
+			return api.Image{}, errorf(api.ErrTooLarge, "%w", err)
+		}
 		return api.Image{}, err
 	}
 	return d.registerImage(md, alias)

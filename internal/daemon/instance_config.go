@@ -47,13 +47,21 @@ var configKeys = map[string]func(string) error{
 	},
 	KeyCPUWeight: intRange(cgroups.MinCPUWeight, cgroups.MaxCPUWeight, "(default %d)", cgroups.DefaultCPUWeight),
 	KeyMemory: func(v string) error {
+		if v == Unlimited {
+			return nil
+		}
 		n, err := parseSize(v)
 		if err == nil && n < minMemory {
-			err = fmt.Errorf("must be at least %s (e.g. 512MiB, 1GB)", formatSize(minMemory))
+			err = fmt.Errorf("must be at least %s (e.g. 512MiB, 1GB), or %s", formatSize(minMemory), Unlimited)
 		}
 		return err
 	},
-	KeyProcesses:    intRange(1, maxProcesses, ""),
+	KeyProcesses: func(v string) error {
+		if v == Unlimited {
+			return nil
+		}
+		return intRange(1, maxProcesses, "or %s", Unlimited)(v)
+	},
 	KeyDiskRead:     checkRate,
 	KeyDiskWrite:    checkRate,
 	KeyDiskReadOps:  checkIOPS,
@@ -171,7 +179,8 @@ func resourcesFromConfig(cfg map[string]string, devices []string) (cgroups.Resou
 	return r, nil
 }
 
-// configParser reads values of a configuration; unset keys read as 0. The
+// configParser reads values of a configuration; unset keys (and
+// "unlimited") read as 0, no limit. The
 // first error sticks (the configuration was validated before, so there
 // should be none).
 type configParser struct {
@@ -181,7 +190,7 @@ type configParser struct {
 
 func (p *configParser) number(key string, parse func(string) (int64, error)) int64 {
 	v, ok := p.cfg[key]
-	if !ok || p.err != nil {
+	if !ok || p.err != nil || v == Unlimited {
 		return 0
 	}
 	n, err := parse(v)

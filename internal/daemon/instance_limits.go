@@ -42,9 +42,11 @@ func (d *Daemon) killCgroupTasks(name string) {
 	d.log.Warn("tasks of a stopped restore are still in its cgroup", "name", name)
 }
 
-// limitsFor converts a configuration to cgroup limits for the pool's
-// devices. Disk limits need the devices; other limits do not.
+// limitsFor converts a configuration, with the default limits filling the
+// keys it does not set, to cgroup limits for the pool's devices. Disk
+// limits need the devices; other limits do not.
 func (d *Daemon) limitsFor(ctx context.Context, cfg map[string]string) (cgroups.Resources, error) {
+	cfg = d.withDefaults(cfg)
 	devs, err := d.storage.BlockDevices(ctx)
 	if hasDiskLimits(cfg) {
 		if err != nil {

@@ -25,6 +25,7 @@ func (d *Daemon) render(inst *instance) api.Instance {
 	if out.Config == nil {
 		out.Config = map[string]string{}
 	}
+	out.Defaults = d.defaultsFor(out.Config)
 	if rec.Address.IsValid() {
 		out.IPv4 = rec.Address.String()
 	}

@@ -14,6 +14,9 @@ import (
 	"github.com/vesselhost/vessel/internal/state"
 )
 
+// MaxStopTimeout bounds a graceful stop's timeout a client may ask for.
+const MaxStopTimeout = 24 * time.Hour
+
 // killGrace bounds the wait for a killed container's init to be reaped.
 const killGrace = 20 * time.Second
 
@@ -23,12 +26,12 @@ func (d *Daemon) ChangeState(ctx context.Context, name string, req api.InstanceS
 	if _, err := d.instance(name); err != nil {
 		return nil, err
 	}
-	if req.Timeout < 0 {
-		return nil, errorf(ErrInvalid, "negative timeout")
+	timeout, err := secondsDuration("stop timeout", req.Timeout, MaxStopTimeout)
+	if err != nil {
+		return nil, err
 	}
-	timeout := d.cfg.StopTimeout
-	if req.Timeout > 0 {
-		timeout = time.Duration(req.Timeout) * time.Second
+	if timeout == 0 {
+		timeout = d.cfg.StopTimeout
 	}
 	var act action
 	var work func(ctx context.Context, inst *instance) error

@@ -20,6 +20,9 @@ import (
 // DefaultTokenTTL is how long a join token works.
 const DefaultTokenTTL = 24 * time.Hour
 
+// MaxTokenTTL bounds the lifetime a client may ask for a token.
+const MaxTokenTTL = 365 * 24 * time.Hour
+
 func (d *Daemon) loadIdentity() error {
 	id, err := trust.LoadOrCreate(d.cfg.certPath(), d.cfg.keyPath(), d.cfg.Name)
 	if err != nil {
@@ -64,13 +67,16 @@ func (d *Daemon) IssueToken(ctx context.Context, req api.TokenPost) (api.TokenRe
 	if err := ValidateName("trust", req.Name); err != nil {
 		return api.TokenResponse{}, err
 	}
+	ttl, err := secondsDuration("token lifetime", req.TTLSeconds, MaxTokenTTL)
+	if err != nil {
+		return api.TokenResponse{}, err
+	}
+	if ttl == 0 {
+		ttl = DefaultTokenTTL
+	}
 	addrs := d.advertised()
 	if len(addrs) == 0 {
 		return api.TokenResponse{}, errorf(ErrConflict, "this host has no HTTPS address: start vesseld with --listen")
-	}
-	ttl := DefaultTokenTTL
-	if req.TTLSeconds > 0 {
-		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	tok := trust.Token{Name: req.Name, Kind: kind, Addresses: addrs, Fingerprint: d.fingerprint,
 		Secret: trust.NewSecret(), Expires: time.Now().Add(ttl).UTC()}

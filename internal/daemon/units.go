@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Values of limits.* keys are written the way users of Incus and Docker
@@ -96,4 +97,15 @@ func formatSize(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// secondsDuration converts a whole number of seconds a client sent (what
+// names it in errors) to a duration no longer than limit. A negative or
+// larger number is ErrInvalid: multiplied blindly, a large one would
+// overflow time.Duration and wrap to a negative or tiny wait.
+func secondsDuration(what string, n int, limit time.Duration) (time.Duration, error) {
+	if n < 0 || int64(n) > int64(limit/time.Second) {
+		return 0, errorf(ErrInvalid, "%s %d s out of range: want 0..%d seconds", what, n, int64(limit/time.Second))
+	}
+	return time.Duration(n) * time.Second, nil
 }

@@ -13,6 +13,10 @@ var (
 	// layout has no matching manifest. It is always wrapped with detail.
 	ErrInvalidImage = errors.New("invalid image")
 
+	// ErrTooLarge means the image, once decompressed, is larger than the
+	// store accepts (Store.MaxSize): a decompression bomb stops there.
+	ErrTooLarge = errors.New("image too large")
+
 	// ErrNotFound means no image with the given fingerprint is stored.
 	ErrNotFound = errors.New("image not found")
 )

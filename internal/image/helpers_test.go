@@ -28,7 +28,7 @@ func requireRoot(t *testing.T) {
 // newTestStore returns a store in a fresh temporary directory.
 func newTestStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := NewStore(filepath.Join(t.TempDir(), "images"))
+	s, err := NewStore(filepath.Join(t.TempDir(), "images"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -244,7 +244,7 @@ func TestUnpackNeedsEmptyDir(t *testing.T) {
 	}
 }
 
-func gzipped(t *testing.T, data []byte) []byte {
+func gzipped(t testing.TB, data []byte) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(data); err != nil {

@@ -27,7 +27,10 @@ type staged struct {
 // stage reads one uncompressed tar stream from r to its end, writing it to
 // a temporary file in the store while hashing it and scanning its members
 // (see scanTar). Input that is not a valid tar stream, or that breaks off,
-// is an error wrapping ErrInvalidImage; a cancelled ctx returns ctx.Err().
+// is an error wrapping ErrInvalidImage; a stream longer than the store's
+// MaxSize stops there with ErrTooLarge (the decompressor feeding r is not
+// read further, and the partial file is removed); a cancelled ctx returns
+// ctx.Err().
 func (s *Store) stage(ctx context.Context, r io.Reader) (st *staged, err error) {
 	f, err := os.CreateTemp(s.dir, tmpPrefix+"*.tar")
 	if err != nil {
@@ -43,7 +46,8 @@ func (s *Store) stage(ctx context.Context, r io.Reader) (st *staged, err error) 
 	h := sha256.New()
 	bw := bufio.NewWriterSize(f, 1<<20)
 	out := &countingWriter{w: io.MultiWriter(bw, h)}
-	tee := io.TeeReader(ctxReader{ctx: ctx, r: r}, out)
+	limited := &sizeLimitReader{r: ctxReader{ctx: ctx, r: r}, left: s.maxSize}
+	tee := io.TeeReader(limited, out)
 	tree, err := scanTar(tee)
 	if err == nil {
 		// Keep what follows the end-of-archive marker (GNU tar pads to
@@ -51,6 +55,9 @@ func (s *Store) stage(ctx context.Context, r io.Reader) (st *staged, err error) 
 		_, err = io.Copy(io.Discard, tee)
 	}
 	if err != nil {
+		if limited.exceeded {
+			return nil, fmt.Errorf("%w: larger than %d MiB once decompressed (the limit is vesseld's --image-max-size)", ErrTooLarge, s.maxSize>>20)
+		}
 		return nil, classifyStageError(ctx, out, err)
 	}
 	if err := bw.Flush(); err != nil {
@@ -172,4 +179,31 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// sizeLimitReader reads at most left bytes of r; reading past them fails
+// with ErrTooLarge and sets exceeded.
+type sizeLimitReader struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+func (l *sizeLimitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// One byte more tells a stream of exactly the limit from a
+		// longer one.
+		var b [1]byte
+		if n, err := l.r.Read(b[:]); n == 0 {
+			return 0, err
+		}
+		l.exceeded = true
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }

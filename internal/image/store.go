@@ -15,12 +15,23 @@ const tmpPrefix = ".tmp-"
 // methods are safe for concurrent use, also by several processes: files
 // appear atomically and importing the same image twice keeps the first file.
 type Store struct {
-	dir string
+	dir     string
+	maxSize int64
 }
 
+// DefaultMaxSize is the largest image a store accepts unless told
+// otherwise: the uncompressed tar stream of an import, of an OCI image's
+// flattened layers, or of a build.
+const DefaultMaxSize = 8 << 30
+
 // NewStore returns the store in dir, creating the directory (mode 0700) and
-// its parents if needed.
-func NewStore(dir string) (*Store, error) {
+// its parents if needed. It accepts images up to maxSize bytes once
+// decompressed (0: DefaultMaxSize); a larger one fails with ErrTooLarge,
+// and nothing of it is kept.
+func NewStore(dir string, maxSize int64) (*Store, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("image store %s: %w", dir, err)
@@ -28,7 +39,7 @@ func NewStore(dir string) (*Store, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	return &Store{dir: abs}, nil
+	return &Store{dir: abs, maxSize: maxSize}, nil
 }
 
 // Path returns the file that holds (or would hold) the image with the given

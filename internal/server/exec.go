@@ -38,6 +38,9 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		return nil // the upgrader has replied
 	}
 	defer conn.Close()
+	// A message beyond the limit fails the read below (and gorilla closes
+	// the session with 1009, message too big), which ends the command.
+	conn.SetReadLimit(MaxExecFrame)
 
 	var req api.ExecPost
 	if err := conn.ReadJSON(&req); err != nil {

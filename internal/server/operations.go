@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,11 +40,13 @@ func (s *Server) waitOperation(r *http.Request) response {
 	timeout := maxWait
 	if t := r.URL.Query().Get("timeout"); t != "" {
 		secs, err := strconv.ParseFloat(t, 64)
-		if err != nil || secs < 0 {
-			return errorResponse{errBadRequestf("bad timeout %q", t)}
+		if err != nil || secs < 0 || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return errorResponse{errBadRequestf("bad timeout %q: want seconds, 0 or more", t)}
 		}
-		if d := time.Duration(secs * float64(time.Second)); d < timeout {
-			timeout = d
+		// Capped before the conversion: a huge number of seconds would
+		// overflow time.Duration into a negative wait.
+		if secs < maxWait.Seconds() {
+			timeout = time.Duration(secs * float64(time.Second))
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)

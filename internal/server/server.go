@@ -156,6 +156,8 @@ func statusFor(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, api.ErrForbidden):
 		return http.StatusForbidden
+	case errors.Is(err, api.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, api.ErrConflict),
 		errors.Is(err, state.ErrExists),
 		errors.Is(err, storage.ErrVolumeExists),
@@ -186,6 +188,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			s.log.Info("api refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "auth", authOf(r))
 			return
 		}
+		s.limitRequest(w, r, rt)
 		if rt.stream != nil {
 			if err := rt.stream(w, r); err != nil {
 				writeError(w, err)
@@ -206,11 +209,15 @@ func (s *Server) wrap(rt route) http.Handler {
 	})
 }
 
-// decode reads a JSON body into v, refusing unknown fields.
+// decode reads a JSON body into v, refusing unknown fields. The body is
+// bounded by MaxJSONBody (wrap): a longer one is ErrTooLarge (413).
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return api.Errorf(api.ErrTooLarge, "request body larger than %d bytes", mbe.Limit)
+		}
 		return api.Errorf(api.ErrInvalid, "bad request: %w", err)
 	}
 	return nil

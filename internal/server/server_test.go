@@ -33,6 +33,7 @@ func TestStatusFor(t *testing.T) {
 		{fmt.Errorf("x: %w", state.ErrExists), http.StatusConflict},
 		{fmt.Errorf("x: %w", storage.ErrVolumeExists), http.StatusConflict},
 		{fmt.Errorf("x: %w", network.ErrAddressInUse), http.StatusConflict},
+		{api.Errorf(api.ErrTooLarge, "request body larger than %d bytes", 10), http.StatusRequestEntityTooLarge},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), http.StatusGatewayTimeout},
 		{fmt.Errorf("snapshot of %q: %w", "c1", context.Canceled), api.StatusCanceled},
 		// A kind wins over the context error it wraps.

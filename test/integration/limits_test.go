@@ -67,8 +67,28 @@ func (h *host) poolDevices() []string {
 	return out
 }
 
+// defaultLimit returns the host's default for a limits key as the kernel
+// shows it: pids.max's number, or the memory limit's bytes.
+func (h *host) defaultLimit(key string) string {
+	h.t.Helper()
+	v := h.serverInfo().Host.DefaultLimits[key]
+	if v == "" {
+		h.t.Fatalf("host info shows no default %s", key)
+	}
+	if key == "limits.memory" {
+		mib, ok := strings.CutSuffix(v, "MiB")
+		n, err := strconv.ParseInt(mib, 10, 64)
+		if !ok || err != nil {
+			h.t.Fatalf("default limits.memory %q: want whole MiB", v)
+		}
+		return strconv.FormatInt(n<<20, 10)
+	}
+	return v
+}
+
 // limitFiles maps each limits key, set to a test value, to the cgroup file
-// and content that show it applied, and to the content once unset.
+// and content that show it applied, and to the content once unset (the
+// host's default limit, for the keys that have one).
 type limitFile struct {
 	controller, file string
 	set, unset       string
@@ -77,6 +97,7 @@ type limitFile struct {
 func (h *host) limitFiles(devs []string) map[[2]string]limitFile {
 	// Throttle files list one line per device; v1 drops a device's line
 	// when its limit is removed.
+	defMem, defPids := h.defaultLimit("limits.memory"), h.defaultLimit("limits.processes")
 	lines := func(v1value string) string {
 		var ls []string
 		for _, d := range devs {
@@ -95,8 +116,8 @@ func (h *host) limitFiles(devs []string) map[[2]string]limitFile {
 		return map[[2]string]limitFile{
 			{"limits.cpu", "0.5"}:                {"", "cpu.max", "50000 100000", "max 100000"},
 			{"limits.cpu.weight", "300"}:         {"", "cpu.weight", "300", "100"},
-			{"limits.memory", "256MiB"}:          {"", "memory.max", "268435456", "max"},
-			{"limits.processes", "100"}:          {"", "pids.max", "100", "max"},
+			{"limits.memory", "256MiB"}:          {"", "memory.max", "268435456", defMem},
+			{"limits.processes", "100"}:          {"", "pids.max", "100", defPids},
 			{"limits.disk.read", "20MB"}:         {"", "io.max", ioMax("rbps=20000000 wbps=max riops=max wiops=max"), ""},
 			{"limits.disk.write", "10MiB/s"}:     {"", "io.max", ioMax("rbps=max wbps=10485760 riops=max wiops=max"), ""},
 			{"limits.disk.read_iops", "500iops"}: {"", "io.max", ioMax("rbps=max wbps=max riops=500 wiops=max"), ""},
@@ -107,8 +128,8 @@ func (h *host) limitFiles(devs []string) map[[2]string]limitFile {
 	return map[[2]string]limitFile{
 		{"limits.cpu", "0.5"}:                {"cpu", "cpu.cfs_quota_us", "50000", "-1"},
 		{"limits.cpu.weight", "300"}:         {"cpu", "cpu.shares", "3072", "1024"},
-		{"limits.memory", "256MiB"}:          {"memory", "memory.limit_in_bytes", "268435456", "9223372036854771712"},
-		{"limits.processes", "100"}:          {"pids", "pids.max", "100", "max"},
+		{"limits.memory", "256MiB"}:          {"memory", "memory.limit_in_bytes", "268435456", defMem},
+		{"limits.processes", "100"}:          {"pids", "pids.max", "100", defPids},
 		{"limits.disk.read", "20MB"}:         {"blkio", "blkio.throttle.read_bps_device", lines("20000000"), ""},
 		{"limits.disk.write", "10MiB/s"}:     {"blkio", "blkio.throttle.write_bps_device", lines("10485760"), ""},
 		{"limits.disk.read_iops", "500iops"}: {"blkio", "blkio.throttle.read_iops_device", lines("500"), ""},
@@ -194,10 +215,11 @@ func TestLimitsInvalid(t *testing.T) {
 		// Each bad value comes with a good one: neither is applied.
 		h.Fails(c.want, "config", "set", "c1", "limits.processes=77", c.kv)
 	}
-	if got := h.cgFile("c1", "pids", "pids.max"); got != "max" {
-		t.Errorf("pids.max = %q after refused changes", got)
+	defPids := h.defaultLimit("limits.processes")
+	if got := h.cgFile("c1", "pids", "pids.max"); got != defPids {
+		t.Errorf("pids.max = %q after refused changes, want the default %s", got, defPids)
 	}
-	if got := h.OK("config", "show", "c1"); strings.Contains(got, "77") {
+	if got := h.OK("config", "show", "c1"); strings.Contains(got, "limits.processes: 77") {
 		t.Errorf("refused change saved:\n%s", got)
 	}
 
@@ -214,13 +236,13 @@ func TestLimitsInvalid(t *testing.T) {
 		if !strings.Contains(r.Stderr, "previous limits kept") {
 			t.Errorf("error does not say the previous limits were kept:\n%s", r)
 		}
-		if got := h.cgFile("c1", "pids", "pids.max"); got != "max" {
+		if got := h.cgFile("c1", "pids", "pids.max"); got != defPids {
 			t.Errorf("pids.max = %q: half-applied", got)
 		}
 		if got := h.cgFile("c1", "memory", "memory.limit_in_bytes"); got != strconv.Itoa(64<<20) {
 			t.Errorf("memory limit = %q, want the previous 64MiB", got)
 		}
-		if got := h.OK("config", "show", "c1"); !strings.Contains(got, "limits.memory: 64MiB") || strings.Contains(got, "limits.processes") {
+		if got := h.OK("config", "show", "c1"); !strings.Contains(got, "limits.memory: 64MiB") || !strings.Contains(got, "limits.processes: "+defPids+" (host default)") {
 			t.Errorf("config after refused change:\n%s", got)
 		}
 	}
