@@ -85,6 +85,9 @@ type Daemon struct {
 	insts      registry   // every instance, by name (instance.go)
 	imageLocks keyedMutex // one per image fingerprint (unpacking)
 	addrMu     sync.Mutex // address allocation + record creation
+	// incoming are the live incoming migration sessions, by peer
+	// (migrate_target_limits.go).
+	incoming incomingSessions
 }
 
 // New prepares a daemon: it takes the root's lock, opens the state store,

@@ -42,7 +42,9 @@ func TestSendCheckerRefusesEscapes(t *testing.T) {
 	}
 }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 
 // checkWholeStream runs a stream through readSendHead and a sendChecker.
 func checkWholeStream(b []byte) error {
