@@ -42,8 +42,8 @@ func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
 		refuse := func(err error) {
 			cancel()
 			sess.SendError(err)
-			sess.Close()
 			d.log.Warn("incoming migration refused", "peer", peer, "err", err)
+			sess.Linger(migrationLinger)
 		}
 		if err := d.incoming.add(fp, in, d.cfg.MigrationSessions); err != nil {
 			refuse(err)
@@ -62,12 +62,17 @@ func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
 		cancel()
 		name := hello.Instance.Name
 		d.ops.Start(d.ctx, "Receiving instance from "+peer, instanceResources(name), func(ctx context.Context, op *operations.Operation) error {
-			defer sess.Close()
 			defer d.incoming.remove(fp, in)
 			ctx, stop := context.WithCancelCause(ctx)
 			defer stop(nil)
 			in.bind(stop)
 			err := d.migrateIn(ctx, op, peer, sess, hello)
+			if err != nil {
+				// migrateIn told the peer why: let it read that first.
+				go sess.Linger(migrationLinger)
+			} else {
+				sess.Close()
+			}
 			if c := context.Cause(ctx); err != nil && c != nil && !errors.Is(err, c) {
 				err = fmt.Errorf("%w: %w", c, err)
 			}
@@ -134,12 +139,18 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	// Until the container runs here the session holds a name and an
 	// address: it has MigrationTimeout for that, then it is rolled back
 	// (closing the session ends whatever waits on the peer).
-	ctx, cancel := context.WithTimeoutCause(ctx, d.cfg.MigrationTimeout, errSessionDeadline)
-	defer cancel()
-	stopDeadline := context.AfterFunc(ctx, func() { sess.Close() })
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	deadline := time.AfterFunc(d.cfg.MigrationTimeout, func() {
+		err := fmt.Errorf("%w (%s after its hello)", errSessionDeadline, d.cfg.MigrationTimeout)
+		sess.SendError(err) // first: cancelling closes the session
+		cancel(err)
+		sess.Close()
+	})
+	defer deadline.Stop()
 	defer func() {
-		if c := context.Cause(ctx); err != nil && errors.Is(c, errSessionDeadline) && !errors.Is(err, c) {
-			err = fmt.Errorf("%w (%s after its hello): %w", c, d.cfg.MigrationTimeout, err)
+		if c := context.Cause(ctx); err != nil && errors.Is(c, errSessionDeadline) && !errors.Is(err, errSessionDeadline) {
+			err = fmt.Errorf("%w: %w", c, err)
 		}
 	}()
 	if f := d.storage.Info().TransferFormat; hello.TransferFormat != f {
@@ -192,7 +203,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := m.receive(ctx, r); err != nil {
 		return err
 	}
-	stopDeadline()
+	deadline.Stop()
 	// From here the container lives on this host. The received passes go
 	// first, out of the frozen window (the source has heard "resumed")
 	// but still under the lock: a move back at once makes passes of the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/trust"
@@ -39,6 +40,10 @@ var (
 	errPeerRevoked     = errors.New("the peer's certificate was removed from this host's trust store")
 	errImageBudget     = errors.New("the migration's checkpoint images are too big")
 )
+
+// migrationLinger is how long a target that ends a session with an error
+// waits for the peer to hang up first (so the error reaches it).
+const migrationLinger = 5 * time.Second
 
 // migrationPageStreams is how many page files a session receives at once.
 const migrationPageStreams = 16
@@ -72,13 +77,18 @@ func (in *incoming) bind(cancel context.CancelCauseFunc) {
 
 // end cancels the session's operation with cause and closes the session.
 func (in *incoming) end(cause error) {
+	if in.sess != nil {
+		in.sess.SendError(cause) // first: cancelling closes the session
+	}
 	in.mu.Lock()
 	in.cause = cause
 	if in.cancel != nil {
 		in.cancel(cause)
 	}
 	in.mu.Unlock()
-	in.sess.Close()
+	if in.sess != nil {
+		in.sess.Close()
+	}
 }
 
 // add registers a session of peer fp, unless it has max already.
@@ -169,15 +179,20 @@ func (b *imageBudget) take(n int64) error {
 func (b *imageBudget) reader(r io.Reader) io.Reader { return &budgetReader{r: r, b: b} }
 
 type budgetReader struct {
-	r io.Reader
-	b *imageBudget
+	r   io.Reader
+	b   *imageBudget
+	err error // sticky: io.ReadFull drops an error that comes with a full buffer
 }
 
 func (br *budgetReader) Read(p []byte) (int, error) {
+	if br.err != nil {
+		return 0, br.err
+	}
 	n, err := br.r.Read(p)
 	if n > 0 {
 		if terr := br.b.take(int64(n)); terr != nil {
-			return n, terr
+			br.err = terr
+			return 0, terr
 		}
 	}
 	return n, err
@@ -214,7 +229,7 @@ func (m *migrationTarget) abort(err error) {
 	if first {
 		m.d.log.Warn("incoming migration aborted", "name", m.name, "err", err)
 		m.sess.SendError(err)
-		m.sess.Close()
+		go m.sess.Linger(migrationLinger)
 	}
 }
 

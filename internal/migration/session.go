@@ -181,5 +181,19 @@ func (s *Session) AcceptStream(ctx context.Context) (net.Conn, StreamHeader, err
 // Closed is closed when the session ends (peer gone, connection cut).
 func (s *Session) Closed() <-chan struct{} { return s.mux.CloseChan() }
 
+// Linger closes the session once the peer has (it read whatever was sent,
+// an error last), or after d. Closing at once could lose what was just
+// sent: a connection closed with unread data coming in is reset, and the
+// peer's kernel drops what it had not read yet.
+func (s *Session) Linger(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.mux.CloseChan():
+	case <-t.C:
+	}
+	_ = s.Close()
+}
+
 // Close ends the session and its connection.
 func (s *Session) Close() error { return s.mux.Close() }
