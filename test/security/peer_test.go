@@ -45,8 +45,7 @@ func newTarget(t *testing.T, extra ...string) *testhost.Host {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	args := append([]string{"--listen", addr}, extra...)
-	return testhost.New(t, binDir, testhost.Options{ExtraArgs: args})
+	return newHost(t, append([]string{"--listen", addr}, extra...)...).Host
 }
 
 // newFakePeer makes a certificate of its own and has target trust it as
