@@ -37,7 +37,7 @@ const (
 )
 
 // criuMaxResponse bounds one RPC response (a dump's answer is a few bytes).
-const criuMaxResponse = 1 << 20
+const criuMaxResponse = 64 << 10
 
 // startCriuService starts CRIU's RPC service for a dump into images, with
 // its log in work; CRIU inherits the files of inherit as descriptors
