@@ -66,7 +66,10 @@ func TestBtrfsReceiveHostileStreams(t *testing.T) {
 	ctx := t.Context()
 	canary := t.TempDir()
 	for name, stream := range map[string][]byte{
-		// btrfs receive follows escape/ to the canary without --chroot.
+		// btrfs receive follows escape/ to the canary without --chroot
+		// (this one wrote canary/pwned as root before the jail).
+		"created through a symlink": testutil.NewSendStream(".migrate-0").Symlink("escape", canary).
+			CreateAt("escape/pwned", []byte("root was here")).Bytes(),
 		"through a symlink": testutil.NewSendStream(".migrate-0").Symlink("escape", canary).
 			File("escape/pwned", []byte("root was here")).Bytes(),
 		"through a relative symlink": testutil.NewSendStream(".migrate-0").Symlink("escape", "../../../../../../../.."+canary).

@@ -78,6 +78,15 @@ func (s *SendStream) File(path string, data []byte) *SendStream {
 	return s
 }
 
+// CreateAt adds a regular file with data made at path directly (btrfs send
+// never does; a hostile stream may): MKFILE path, then WRITE.
+func (s *SendStream) CreateAt(path string, data []byte) *SendStream {
+	s.ino++
+	s.cmd(sendCmdMkfile, attr(sendAttrPath, []byte(path)), attr(sendAttrIno, u64(s.ino)))
+	s.cmd(sendCmdWrite, attr(sendAttrPath, []byte(path)), attr(sendAttrOffset, u64(0)), attr(sendAttrData, data))
+	return s
+}
+
 // Clone adds a clone of n bytes of clonePath in the subvolume with the
 // given UUID into path.
 func (s *SendStream) Clone(path string, uuid []byte, clonePath string, n uint64) *SendStream {

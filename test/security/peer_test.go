@@ -171,14 +171,18 @@ func failedOp(t *testing.T, h *testhost.Host) string {
 
 // TestPeerSendStreamEscapes: a peer's disk stream that writes through a
 // symlink to an absolute host path, through ".." or clones a file from
-// above its subvolume, writes nothing outside its own subvolume. (Before
-// the receive jail, the first wrote /tmp/...canary/pwned as root.)
+// above its subvolume, writes nothing outside its own subvolume.
 func TestPeerSendStreamEscapes(t *testing.T) {
 	h := newTarget(t)
 	p := newFakePeer(t, h)
 	canary := t.TempDir()
 	uuid := bytes.Repeat([]byte{0x5a}, 16)
 	for what, stream := range map[string][]byte{
+		// Without the jail this one wrote canary/pwned as root (the
+		// other symlink stream failed there only because its rename
+		// crossed filesystems).
+		"symlink create": testutil.NewSendStream(".migrate-0").Symlink("escape", canary).
+			CreateAt("escape/pwned", []byte("root was here")).Bytes(),
 		"symlink": testutil.NewSendStream(".migrate-0").Symlink("escape", canary).
 			File("escape/pwned", []byte("root was here")).Bytes(),
 		"dotdot": testutil.NewSendStream(".migrate-0").File("../../../../../../.."+canary+"/pwned", []byte("x")).Bytes(),
@@ -188,7 +192,7 @@ func TestPeerSendStreamEscapes(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), patience)
 			defer cancel()
-			name := "evil-" + what
+			name := "evil-" + strings.ReplaceAll(what, " ", "-")
 			sess := p.accepted(ctx, hello(name, nil))
 			if err := sess.Send(migration.Message{Type: migration.MsgDisk, Iteration: 1, Final: true}); err != nil {
 				t.Fatal(err)
