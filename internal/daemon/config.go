@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/network"
 )
@@ -104,6 +106,19 @@ type Config struct {
 	// the source resumes the container instead of staying frozen.
 	RestoreTimeout time.Duration
 
+	// MigrationTimeout bounds an incoming migration session from its
+	// Hello until its container runs here (it holds a name and an
+	// address meanwhile); a session still receiving then is rolled back.
+	MigrationTimeout time.Duration
+	// MigrationSessions is how many incoming sessions one peer may have
+	// at once (negative: no limit).
+	MigrationSessions int
+	// MigrationImageLimit bounds, in bytes, the checkpoint images and
+	// page files of an incoming session for a container without
+	// limits.memory (with one: limits.memory plus 64 MiB). Default: the
+	// host's memory; negative lifts the limit.
+	MigrationImageLimit int64
+
 	// SnapshotIO says who writes a checkpoint's memory pages:
 	// SnapshotIOVessel (default: vessel's O_DIRECT writer) or
 	// SnapshotIOCRIU (CRIU alone, then an fsync; kept to measure the
@@ -146,11 +161,16 @@ const (
 	// DefaultRestoreTimeout leaves room for reading tens of GiB of memory
 	// image in a copy-mode restore.
 	DefaultRestoreTimeout = 5 * time.Minute
-	DefaultBusybox        = "/bin/busybox"
 	// DefaultMaxConnections and DefaultHTTPReadTimeout are the API
 	// server's (see server.Limits).
 	DefaultMaxConnections  = 1024
 	DefaultHTTPReadTimeout = 30 * time.Second
+	// DefaultMigrationTimeout leaves room for a few GiB of disk over a
+	// slow link; a session that needs longer asks for a bigger one.
+	DefaultMigrationTimeout = 15 * time.Minute
+	// DefaultMigrationSessions is a peer's concurrent incoming sessions.
+	DefaultMigrationSessions = 4
+	DefaultBusybox           = "/bin/busybox"
 )
 
 // DefaultConfig returns the configuration of a stand-alone host.
@@ -167,14 +187,17 @@ func DefaultConfig() Config {
 		NAT:           true,
 		CgroupParent:  DefaultCgroupParent,
 		// ControlCgroup follows CgroupParent (see fill).
-		ControlCPUWeight: DefaultControlCPUWeight,
-		FavorDynMods:     true,
-		Busybox:          DefaultBusybox,
-		StopTimeout:      DefaultStopTimeout,
-		RestoreTimeout:   DefaultRestoreTimeout,
-		SnapshotIO:       SnapshotIOVessel,
-		MaxConnections:   DefaultMaxConnections,
-		HTTPReadTimeout:  DefaultHTTPReadTimeout,
+		ControlCPUWeight:    DefaultControlCPUWeight,
+		FavorDynMods:        true,
+		Busybox:             DefaultBusybox,
+		StopTimeout:         DefaultStopTimeout,
+		RestoreTimeout:      DefaultRestoreTimeout,
+		MigrationTimeout:    DefaultMigrationTimeout,
+		MigrationSessions:   DefaultMigrationSessions,
+		MigrationImageLimit: hostMemory(),
+		SnapshotIO:          SnapshotIOVessel,
+		MaxConnections:      DefaultMaxConnections,
+		HTTPReadTimeout:     DefaultHTTPReadTimeout,
 	}
 }
 
@@ -240,6 +263,15 @@ func (c *Config) fill() error {
 	if c.SnapshotIO == "" {
 		c.SnapshotIO = def.SnapshotIO
 	}
+	if c.MigrationTimeout <= 0 {
+		c.MigrationTimeout = def.MigrationTimeout
+	}
+	if c.MigrationSessions == 0 {
+		c.MigrationSessions = def.MigrationSessions
+	}
+	if c.MigrationImageLimit == 0 {
+		c.MigrationImageLimit = def.MigrationImageLimit
+	}
 	if c.SnapshotIO != SnapshotIOVessel && c.SnapshotIO != SnapshotIOCRIU {
 		return errorf(ErrInvalid, "snapshot I/O %q: want %q or %q", c.SnapshotIO, SnapshotIOVessel, SnapshotIOCRIU)
 	}
@@ -293,6 +325,15 @@ func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)
 }
 func (c *Config) shimsCgroupPath() string { return filepath.Join(c.CgroupParent, shimsCgroup) }
+
+// hostMemory returns the host's memory in bytes (0 if unknown).
+func hostMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}
 
 func (c *Config) networkConfig() network.Config {
 	return network.Config{Bridge: c.Bridge, Subnet: c.Subnet, NetnsDir: c.netnsDir(), NAT: c.NAT,

@@ -86,6 +86,9 @@ type Daemon struct {
 	idmapMu    sync.Mutex // one id map allocation or peer check at a time (idmap.go)
 	imageLocks keyedMutex // one per image fingerprint (unpacking)
 	addrMu     sync.Mutex // address allocation + record creation
+	// incoming are the live incoming migration sessions, by peer
+	// (migrate_target_limits.go).
+	incoming incomingSessions
 }
 
 // New prepares a daemon: it takes the root's lock, opens the state store,

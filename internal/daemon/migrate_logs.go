@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 
@@ -54,9 +55,20 @@ func (m *migrationTarget) receiveLogs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, st)
+	// The source's log is its rotated file and the current one, each
+	// at most the shim's rotation size (1 MiB): more is not a console log.
+	n, err := io.Copy(f, io.LimitReader(st, maxReceivedLog+1))
+	if err == nil && n > maxReceivedLog {
+		err = f.Truncate(maxReceivedLog)
+		if err == nil {
+			err = fmt.Errorf("the console log from the source is longer than %d bytes: kept its beginning", int64(maxReceivedLog))
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
+
+// maxReceivedLog bounds the console log a migration source sends.
+const maxReceivedLog = 4 << 20

@@ -2,39 +2,43 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync/atomic"
 
 	"github.com/vesselhost/vessel/internal/migration"
+	"github.com/vesselhost/vessel/internal/runtime"
 )
 
-// Post-copy memory crosses the migration session: the target's lazy-pages
-// daemon connects to a local port (tunnelPages), each connection becomes a
-// session stream, and the source forwards it to the dump's page server
-// (servePages).
+// Post-copy memory crosses the migration session and nothing else: on the
+// source, CRIU's page server serves one end of a socket pair and vesseld
+// holds the other (runtime.Checkpoint.PageConn); on the target, `criu
+// lazy-pages` gets one end of another socket pair (tunnelPages). The
+// target opens one page-server stream on the session and each daemon
+// copies between it and its socket (servePages). No port is opened and no
+// path is bound: no other process on either host can read the pages or
+// break the move, and the session's mutual TLS authenticates the peer.
 
-// servePages tunnels the target's lazy-pages connections, which arrive as
-// streams on the session, to the local page server.
-func (m *migrationSource) servePages(ctx context.Context, addr string) {
+// servePages connects the target's one page-server stream, which arrives
+// on the session, to the page server's socket. Any other stream, or a
+// second page-server stream, is refused.
+func (m *migrationSource) servePages(ctx context.Context, ps net.Conn) {
+	served := false
 	for {
 		st, h, err := m.sess.AcceptStream(ctx)
 		if err != nil {
 			return
 		}
-		if h.Kind != migration.StreamPageServer {
+		if h.Kind != migration.StreamPageServer || served {
 			st.Close()
 			continue
 		}
+		served = true
 		go func() {
 			defer st.Close()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				m.d.log.Error("page server unreachable", "addr", addr, "err", err)
-				return
-			}
-			defer c.Close()
-			pipe(st, c)
+			pipe(st, ps)
 		}()
 	}
 }
@@ -47,7 +51,7 @@ func pipe(a, b net.Conn) {
 	cp := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite() // TCP
+			_ = cw.CloseWrite() // a socket
 		} else {
 			_ = dst.Close() // a yamux stream's Close is a half-close (FIN)
 		}
@@ -59,37 +63,26 @@ func pipe(a, b net.Conn) {
 	<-done
 }
 
-// tunnelPages listens on a local port for the lazy-pages daemon and
-// forwards each connection to the source's page server over the session.
-func (m *migrationTarget) tunnelPages(ctx context.Context) (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// tunnelPages makes the socket pair for the lazy-pages daemon and connects
+// this end to the source's page server over the session: the returned file
+// is the daemon's end (the caller closes it once the daemon has it).
+func (m *migrationTarget) tunnelPages() (*os.File, error) {
+	c, lp, err := runtime.SocketPair()
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("page server socket: %w", err)
+	}
+	st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamPageServer})
+	if err != nil {
+		c.Close()
+		lp.Close()
+		return nil, err
 	}
 	go func() {
-		<-m.sess.Closed()
-		ln.Close()
+		defer c.Close()
+		defer st.Close()
+		pipe(c, &countingConn{Conn: st, n: &m.pageBytes})
 	}()
-	go func() {
-		defer ln.Close()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamPageServer})
-			if err != nil {
-				c.Close()
-				return
-			}
-			go func() {
-				defer c.Close()
-				defer st.Close()
-				pipe(c, &countingConn{Conn: st, n: &m.pageBytes})
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return lp, nil
 }
 
 // countingConn counts bytes read from the tunnel (pages coming in).

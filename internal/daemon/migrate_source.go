@@ -291,9 +291,10 @@ func (m *migrationSource) live(ctx context.Context) error {
 	}()
 	if lazy {
 		// Recorded before the freeze: a daemon that dies from here on
-		// hangs up on the page server at its next start, which lets go of
-		// the processes (a page server that never started costs nothing).
-		m.journal.PageServer = ck.PageServer()
+		// hangs up on the page server by dying (its end of the socket
+		// closes), and at its next start waits until CRIU has let go of
+		// the processes.
+		m.journal.PageServer = runtime.PageServerSocket
 		if err := m.note(); err != nil {
 			return err
 		}
@@ -348,7 +349,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
 	if lazy {
-		go m.servePages(ctx, ck.PageServer())
+		go m.servePages(ctx, ck.PageConn())
 	}
 	if err := m.startOnTarget(); err != nil {
 		return err

@@ -22,8 +22,13 @@ import (
 )
 
 // AcceptMigration serves an incoming migration from a trusted peer in the
-// background, as an operation of this host.
+// background, as an operation of this host. The session counts against
+// the peer's limit from the start; its Hello must come within 30 s, be
+// valid (checkHello) and the session must have its container running
+// here within Config.MigrationTimeout; removing the peer's certificate
+// ends it.
 func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
+	fp := connFingerprint(conn)
 	go func() {
 		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
 		sess, err := migration.Server(ctx, conn)
@@ -33,18 +38,44 @@ func (d *Daemon) AcceptMigration(peer string, conn net.Conn) {
 			d.log.Warn("incoming migration", "peer", peer, "err", err)
 			return
 		}
-		var hello migration.Hello
-		err = sess.Recv(ctx, &hello)
-		cancel()
-		if err != nil {
-			sess.Close()
-			d.log.Warn("incoming migration: no hello", "peer", peer, "err", err)
+		in := &incoming{sess: sess}
+		refuse := func(err error) {
+			cancel()
+			sess.SendError(err)
+			d.log.Warn("incoming migration refused", "peer", peer, "err", err)
+			sess.Linger(migrationLinger)
+		}
+		if err := d.incoming.add(fp, in, d.cfg.MigrationSessions); err != nil {
+			refuse(err)
 			return
 		}
+		var hello migration.Hello
+		err = sess.Recv(ctx, &hello)
+		if err == nil {
+			err = checkHello(hello)
+		}
+		if err != nil {
+			d.incoming.remove(fp, in)
+			refuse(fmt.Errorf("incoming migration: %w", err))
+			return
+		}
+		cancel()
 		name := hello.Instance.Name
 		d.ops.Start(d.ctx, "Receiving instance from "+peer, instanceResources(name), func(ctx context.Context, op *operations.Operation) error {
-			defer sess.Close()
+			defer d.incoming.remove(fp, in)
+			ctx, stop := context.WithCancelCause(ctx)
+			defer stop(nil)
+			in.bind(stop)
 			err := d.migrateIn(ctx, op, peer, sess, hello)
+			if err != nil {
+				// migrateIn told the peer why: let it read that first.
+				go sess.Linger(migrationLinger)
+			} else {
+				sess.Close()
+			}
+			if c := context.Cause(ctx); err != nil && c != nil && !errors.Is(err, c) {
+				err = fmt.Errorf("%w: %w", c, err)
+			}
 			if err != nil {
 				d.log.Warn("incoming migration failed", "peer", peer, "name", name, "err", err)
 			}
@@ -81,6 +112,13 @@ type migrationTarget struct {
 	pagesMu                  sync.Mutex
 	pagesDone                map[string]error
 	pagesChanged             chan struct{}
+	// budget bounds the images and page files stored (they land in
+	// RunDir, a tmpfs); streams counts the data streams opened.
+	budget    *imageBudget
+	streams   int
+	pageSlots chan struct{}
+	abortMu   sync.Mutex
+	abortErr  error
 }
 
 // migrateIn receives an instance: it reserves the name and address (the
@@ -94,13 +132,27 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 			sess.SendError(err)
 		}
 	}()
-	if hello.Version != migration.Version {
-		return errorf(ErrInvalid, "migration protocol version %d, this host speaks %d", hello.Version, migration.Version)
-	}
-	name := hello.Instance.Name
-	if err := ValidateName("instance", name); err != nil {
+	if err := checkHello(hello); err != nil {
 		return err
 	}
+	name := hello.Instance.Name
+	// Until the container runs here the session holds a name and an
+	// address: it has MigrationTimeout for that, then it is rolled back
+	// (closing the session ends whatever waits on the peer).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	deadline := time.AfterFunc(d.cfg.MigrationTimeout, func() {
+		err := fmt.Errorf("%w (%s after its hello)", errSessionDeadline, d.cfg.MigrationTimeout)
+		sess.SendError(err) // first: cancelling closes the session
+		cancel(err)
+		sess.Close()
+	})
+	defer deadline.Stop()
+	defer func() {
+		if c := context.Cause(ctx); err != nil && errors.Is(c, errSessionDeadline) && !errors.Is(err, errSessionDeadline) {
+			err = fmt.Errorf("%w: %w", c, err)
+		}
+	}()
 	if f := d.storage.Info().TransferFormat; hello.TransferFormat != f {
 		return errorf(ErrConflict, "cannot receive volumes sent as %q on %s: its storage receives %q", hello.TransferFormat, d.cfg.Name, f)
 	}
@@ -138,7 +190,13 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	r.Add(func() { d.undo("forget", name, d.forget(inst)) })
 	m := &migrationTarget{d: d, op: op, sess: sess, hello: hello, inst: inst, name: name,
 		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4), logsCh: make(chan net.Conn, 1),
-		pagesDone: map[string]error{}, pagesChanged: make(chan struct{})}
+		pagesDone: map[string]error{}, pagesChanged: make(chan struct{}),
+		budget: &imageBudget{limit: d.imageLimit(hello.Instance.Config)}, pageSlots: make(chan struct{}, migrationPageStreams)}
+	defer func() {
+		if a := m.aborted(); err != nil && a != nil && !errors.Is(err, a) {
+			err = fmt.Errorf("%w: %w", a, err)
+		}
+	}()
 	if err := m.prepareDirs(); err != nil {
 		return err
 	}
@@ -157,6 +215,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := m.receive(ctx, r); err != nil {
 		return err
 	}
+	deadline.Stop()
 	// From here the container lives on this host. The received passes go
 	// first, out of the frozen window (the source has heard "resumed")
 	// but still under the lock: a move back at once makes passes of the
@@ -265,7 +324,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 
 // restore brings the checkpointed processes back. With lazy memory a
 // lazy-pages daemon fetches pages from the source's page server through the
-// session (one local port tunnelled to the source).
+// session (a socket pair tunnelled to the source).
 func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) error) error {
 	d := m.d
 	if err := m.injectFault(faultRestore); err != nil {
@@ -275,11 +334,13 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	var lp *runtime.LazyPages
 	if lazy {
 		tlp := time.Now()
-		port, err := m.tunnelPages(ctx)
+		ps, err := m.tunnelPages()
 		if err != nil {
 			return err
 		}
-		if lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, Address: "127.0.0.1", Port: port}); err != nil {
+		lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
+		ps.Close() // the daemon has it
+		if err != nil {
 			return err
 		}
 		if err := lp.WaitReady(ctx, m.work); err != nil {

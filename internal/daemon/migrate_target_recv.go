@@ -49,9 +49,9 @@ func (m *migrationTarget) receiveImages(ctx context.Context, pages []string) err
 		return err
 	}
 	defer st.Close()
-	n, err := migration.ReceiveDir(st, m.images)
+	n, err := migration.ReceiveDir(m.budget.reader(st), m.images)
 	if err != nil {
-		return err
+		return fmt.Errorf("receive checkpoint images: %w", err)
 	}
 	if err := m.waitPages(ctx, pages); err != nil {
 		return fmt.Errorf("receive memory pages: %w", err)
@@ -66,6 +66,11 @@ func (m *migrationTarget) dispatch(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		if m.streams++; m.streams > migrationMaxStreams {
+			st.Close()
+			m.abort(errorf(ErrInvalid, "more than %d data streams in one migration", migrationMaxStreams))
+			return
+		}
 		switch h.Kind {
 		case migration.StreamDisk:
 			m.diskCh <- st
@@ -74,7 +79,18 @@ func (m *migrationTarget) dispatch(ctx context.Context) {
 		case migration.StreamLogs:
 			m.logsCh <- st
 		case migration.StreamPage:
-			go m.receivePage(ctx, st, h.Name)
+			// At most migrationPageStreams at once: each holds
+			// buffers; more wait here (and so does the peer).
+			select {
+			case m.pageSlots <- struct{}{}:
+			case <-ctx.Done():
+				st.Close()
+				return
+			}
+			go func() {
+				defer func() { <-m.pageSlots }()
+				m.receivePage(ctx, st, h.Name)
+			}()
 		default:
 			st.Close()
 		}
@@ -96,7 +112,11 @@ func (m *migrationTarget) nextStream(ctx context.Context, ch chan net.Conn) (net
 // receivePage stores one page file with large aligned direct writes.
 func (m *migrationTarget) receivePage(ctx context.Context, st net.Conn, name string) {
 	defer st.Close()
-	err := m.pageSink.Store(ctx, name, st)
+	err := m.pageSink.Store(ctx, name, m.budget.reader(st))
+	if errors.Is(err, errImageBudget) {
+		// Nothing waits for this page file yet, perhaps: end the session.
+		m.abort(err)
+	}
 	m.pagesMu.Lock()
 	m.pagesDone[name] = err
 	close(m.pagesChanged)
@@ -150,6 +170,9 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, msg migration.Mes
 	if err := ValidateName("snapshot", rec.Name); err != nil {
 		return err
 	}
+	if err := validateConfig(rec.Config); err != nil {
+		return fmt.Errorf("snapshot %s: %w", rec.Name, err)
+	}
 	bg := context.WithoutCancel(ctx)
 	vol := snapshotVolume(m.name, rec.Name)
 	if err := m.receiveSnapshotDisk(ctx, vol); err != nil {
@@ -166,7 +189,7 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, msg migration.Mes
 		if err != nil {
 			return err
 		}
-		_, err = migration.ReceiveDir(st, d.storage.Path(ck))
+		_, err = migration.ReceiveDir((&imageBudget{limit: d.imageLimit(rec.Config)}).reader(st), d.storage.Path(ck))
 		st.Close()
 		if err != nil {
 			return fmt.Errorf("receive checkpoint of snapshot %s: %w", rec.Name, err)

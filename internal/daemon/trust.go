@@ -177,6 +177,11 @@ func (d *Daemon) RemoveTrust(ctx context.Context, ref string) error {
 			if err := d.state.DeleteCertificate(c.Fingerprint); err != nil {
 				return err
 			}
+			// A removed peer migrates nothing more in: its sessions end
+			// (those not yet running their container here roll back).
+			if k := d.incoming.revoke(c.Fingerprint); k > 0 {
+				d.log.Warn("trust removed: incoming migrations ended", "peer", c.Name, "sessions", k)
+			}
 			n++
 		}
 	}

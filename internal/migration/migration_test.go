@@ -121,3 +121,17 @@ func TestDirRoundTrip(t *testing.T) {
 		t.Fatal("a directory travelled in an image stream")
 	}
 }
+
+// TestMessageTooLong: a control message past MaxMessage is refused rather
+// than buffered.
+func TestMessageTooLong(t *testing.T) {
+	c, s := pair(t)
+	go func() {
+		_ = c.Send(Message{Type: MsgError, Error: string(make([]byte, MaxMessage+1024))})
+	}()
+	var m Message
+	err := s.Recv(context.Background(), &m)
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("got %v, want ErrProtocol", err)
+	}
+}

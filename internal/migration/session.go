@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -18,6 +19,7 @@ type Session struct {
 	ctl net.Conn
 	enc *json.Encoder
 	dec *json.Decoder
+	in  *capReader // under dec: counts each message's bytes
 	// wmu serialises control writes (progress may be sent from goroutines).
 	wmu sync.Mutex
 }
@@ -62,8 +64,33 @@ func Server(ctx context.Context, conn net.Conn) (*Session, error) {
 	return newSession(mux, ctl), nil
 }
 
+// MaxMessage bounds one control message as read (a Hello, a Message): the
+// largest real ones are an "images" message naming every page file and an
+// error quoting a CRIU log.
+const MaxMessage = 4 << 20
+
 func newSession(mux *yamux.Session, ctl net.Conn) *Session {
-	return &Session{mux: mux, ctl: ctl, enc: json.NewEncoder(ctl), dec: json.NewDecoder(ctl)}
+	s := &Session{mux: mux, ctl: ctl, enc: json.NewEncoder(ctl)}
+	s.in = &capReader{r: ctl, max: MaxMessage}
+	s.dec = json.NewDecoder(s.in)
+	return s
+}
+
+// capReader fails a read once more than max bytes were read since reset:
+// a peer cannot make the decoder buffer a message without end.
+type capReader struct {
+	r   io.Reader
+	n   atomic.Int64
+	max int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n.Load() > c.max {
+		return 0, fmt.Errorf("%w: a control message longer than %d bytes", ErrProtocol, c.max)
+	}
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // Send writes a control message (the Hello, or a Message).
@@ -85,6 +112,7 @@ func (s *Session) SendError(err error) {
 // (closing the session) or the connection breaks.
 func (s *Session) Recv(ctx context.Context, v any) error {
 	done := make(chan error, 1)
+	s.in.n.Store(0)
 	go func() { done <- s.dec.Decode(v) }()
 	select {
 	case err := <-done:
@@ -180,6 +208,20 @@ func (s *Session) AcceptStream(ctx context.Context) (net.Conn, StreamHeader, err
 
 // Closed is closed when the session ends (peer gone, connection cut).
 func (s *Session) Closed() <-chan struct{} { return s.mux.CloseChan() }
+
+// Linger closes the session once the peer has (it read whatever was sent,
+// an error last), or after d. Closing at once could lose what was just
+// sent: a connection closed with unread data coming in is reset, and the
+// peer's kernel drops what it had not read yet.
+func (s *Session) Linger(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.mux.CloseChan():
+	case <-t.C:
+	}
+	_ = s.Close()
+}
 
 // Close ends the session and its connection.
 func (s *Session) Close() error { return s.mux.Close() }

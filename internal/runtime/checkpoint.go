@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -130,7 +131,7 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 		}
 	}()
 	if o.Lazy {
-		if c.lazy, err = newLazyDump(); err != nil {
+		if c.lazy, err = newLazyDump(o.WorkPath); err != nil {
 			return nil, err
 		}
 	}
@@ -141,11 +142,19 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 		c.req, direct = dumpRequest(st, o, c.lazy.opts())
 	}
 	switch {
+	case errors.Is(direct, errNoDirectDump) && o.Lazy:
+		// runc cannot hand CRIU the page server's socket.
+		return nil, fmt.Errorf("post-copy needs a direct dump: %w", direct)
 	case errors.Is(direct, errNoDirectDump):
 		r.cfg.Log.Debug("runc checkpoint instead of a direct dump", "id", id, "err", direct)
-		c.req, c.runc = nil, func() error { return r.runcCheckpoint(id, o, c.lazy.opts()) }
+		c.req, c.runc = nil, func() error { return r.runcCheckpoint(id, o) }
 	case direct != nil:
 		return nil, direct
+	case o.Lazy:
+		if c.svc, err = startCriuService(r.cfg.Criu, o.ImagePath, o.WorkPath, c.lazy.criu); err != nil {
+			return nil, err
+		}
+		c.lazy.closeFile(&c.lazy.criu) // CRIU has it
 	default:
 		if c.svc, err = startCriuService(r.cfg.Criu, o.ImagePath, o.WorkPath); err != nil {
 			return nil, err
@@ -270,13 +279,15 @@ func (c *Checkpoint) Wait() error {
 	return c.err
 }
 
-// PageServer returns the address ("127.0.0.1:PORT") of a lazy dump's page
-// server, chosen by NewCheckpoint; "" without Lazy.
-func (c *Checkpoint) PageServer() string {
+// PageConn returns vessel's end of a lazy dump's page server socket (nil
+// without Lazy): the caller connects the target's lazy-pages daemon to it,
+// and closing it ends the page server as a client that has every page
+// does. Only this process holds it: no port, no path.
+func (c *Checkpoint) PageConn() net.Conn {
 	if c.lazy == nil {
-		return ""
+		return nil
 	}
-	return c.lazy.addr
+	return c.lazy.conn
 }
 
 // Pages returns the names of the page files the Pages sink stored, once
@@ -295,8 +306,8 @@ func (c *Checkpoint) Written() int64 { return c.written.Load() }
 
 // Abort ends a dump nobody will finish, in any state: before Run it is
 // Close; during a page capture the capture is aborted (CRIU's next write
-// fails); a lazy dump's page server is connected to and hung up on, as by
-// a client that has every page, so that CRIU lets go of the tasks. It
+// fails); a lazy dump's page server is hung up on (PageConn closed), as
+// by a client that has every page, so that CRIU lets go of the tasks. It
 // waits up to 30 s for the dump to end (Run and Wait then return). A
 // container frozen before Run stays frozen. Idempotent.
 func (c *Checkpoint) Abort() {

@@ -239,14 +239,16 @@ func checkCaptured(t *testing.T, ck *Checkpoint, images string) {
 	if err != nil || pageBytes != uint64(size) {
 		t.Errorf("SyncImages: %d page bytes, %v; want %d (no page file outside the capture)", pageBytes, err, size)
 	}
-	if ck.PageServer() != "" {
-		t.Errorf("PageServer() = %q without Lazy", ck.PageServer())
+	if ck.PageConn() != nil {
+		t.Error("PageConn() without Lazy")
 	}
 }
 
 // TestCheckpointLazy makes lazy dumps of a frozen container and ends their
-// page servers without a client: by Abort, and by ReleaseLazyDump as a
-// restarted daemon does for a dump its predecessor left.
+// page servers without a client: by Abort, and by the end of vessel's
+// socket (as when the daemon dies) and ReleaseLazyDump as a restarted
+// daemon does for a dump its predecessor left. The page server listens on
+// no TCP port.
 func TestCheckpointLazy(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
@@ -263,8 +265,8 @@ func TestCheckpointLazy(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(ck.Abort)
-		if ck.PageServer() == "" || !strings.HasPrefix(ck.PageServer(), "127.0.0.1:") {
-			t.Fatalf("PageServer() = %q", ck.PageServer())
+		if ck.PageConn() == nil {
+			t.Fatal("PageConn() = nil with Lazy")
 		}
 		if f := fifos(images); len(f) > 0 {
 			t.Errorf("%s: a lazy dump made FIFOs: %v", how, f)
@@ -276,6 +278,9 @@ func TestCheckpointLazy(t *testing.T) {
 		if tracedAmong(e.pids(cg)) == 0 {
 			t.Errorf("%s: no task traced while the page server runs", how)
 		}
+		if tcp := criuTCPSockets(t, e.pids(cg)); len(tcp) > 0 {
+			t.Errorf("%s: the page server's CRIU holds TCP sockets %v", how, tcp)
+		}
 		if _, err := os.Stat(filepath.Join(images, "pstree.img")); err != nil {
 			t.Errorf("%s: images not written when Run returned: %v", how, err)
 		}
@@ -283,8 +288,11 @@ func TestCheckpointLazy(t *testing.T) {
 		if how == "abort" {
 			ck.Abort()
 			ck.Abort()
-		} else if err := ReleaseLazyDump(ck.PageServer(), cg.Pids); err != nil {
-			t.Error(err)
+		} else {
+			ck.PageConn().Close() // what the death of the daemon does
+			if err := ReleaseLazyDump(PageServerSocket, cg.Pids); err != nil {
+				t.Error(err)
+			}
 		}
 		t.Logf("%s: released in %s", how, time.Since(t0))
 		done := make(chan error, 1)
@@ -443,4 +451,42 @@ func TestCheckpointClose(t *testing.T) {
 	if n := criuChildren(t); len(n) != 0 {
 		t.Errorf("criu children left: %v", n)
 	}
+}
+
+// criuTCPSockets returns the TCP sockets (inodes in /proc/net/tcp*) held by
+// the processes tracing any of pids (CRIU).
+func criuTCPSockets(t *testing.T, pids []int) []string {
+	t.Helper()
+	tcp := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			if fs := strings.Fields(l); len(fs) > 9 {
+				tcp[fs[9]] = true
+			}
+		}
+	}
+	var found []string
+	tracers := map[string]bool{}
+	for _, pid := range pids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "TracerPid:"); ok && strings.TrimSpace(v) != "0" {
+				tracers[strings.TrimSpace(v)] = true
+			}
+		}
+	}
+	for tracer := range tracers {
+		fds, _ := os.ReadDir("/proc/" + tracer + "/fd")
+		for _, fd := range fds {
+			l, _ := os.Readlink("/proc/" + tracer + "/fd/" + fd.Name())
+			if ino, ok := strings.CutPrefix(l, "socket:["); ok && tcp[strings.TrimSuffix(ino, "]")] {
+				found = append(found, l)
+			}
+		}
+	}
+	if len(tracers) == 0 {
+		t.Error("no CRIU found tracing the container")
+	}
+	return found
 }

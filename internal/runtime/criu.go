@@ -5,45 +5,69 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
-	criu "github.com/checkpoint-restore/go-criu/v7"
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	gorunc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
 
 // criuService is a `criu swrk` process started ahead of its one request,
 // with the directories the request names open for it (CRIU opens them as
-// /proc/<our pid>/fd/N).
+// /proc/<our pid>/fd/N), and the descriptors it inherits (a lazy dump's
+// page server socket). vessel speaks CRIU's RPC itself (go-criu's
+// messages, our own process): go-criu's service cannot pass a descriptor
+// to CRIU.
 type criuService struct {
-	c            *criu.Criu
+	cmd          *exec.Cmd
+	sk           *os.File // our end of the RPC socket (SOCK_SEQPACKET)
 	images, work *os.File
 }
 
+// criuServiceFd is the RPC socket's descriptor number in CRIU; the
+// inherited descriptors follow it (criuInheritedFd...).
+const (
+	criuServiceFd   = 3
+	criuInheritedFd = 4
+)
+
+// criuMaxResponse bounds one RPC response (a dump's answer is a few bytes).
+const criuMaxResponse = 64 << 10
+
 // startCriuService starts CRIU's RPC service for a dump into images, with
-// its log in work.
-func startCriuService(path, images, work string) (*criuService, error) {
+// its log in work; CRIU inherits the files of inherit as descriptors
+// criuInheritedFd, criuInheritedFd+1, ...
+func startCriuService(path, images, work string, inherit ...*os.File) (_ *criuService, err error) {
 	s := &criuService{}
-	var err error
-	if s.images, err = os.Open(images); err == nil {
-		s.work, err = os.Open(work)
-	}
-	if err == nil {
-		c := criu.MakeCriu()
-		c.SetCriuPath(path)
-		if err = c.Prepare(); err != nil {
-			err = fmt.Errorf("start criu: %w", err)
-		} else {
-			s.c = c
+	defer func() {
+		if err != nil {
+			_ = s.close()
 		}
-	}
-	if err != nil {
-		s.close()
+	}()
+	if s.images, err = os.Open(images); err != nil {
 		return nil, err
 	}
+	if s.work, err = os.Open(work); err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("start criu: %w", err)
+	}
+	s.sk = os.NewFile(uintptr(fds[0]), "criu-rpc")
+	srv := os.NewFile(uintptr(fds[1]), "criu-rpc-service")
+	defer srv.Close()
+	cmd := exec.Command(path, "swrk", strconv.Itoa(criuServiceFd))
+	cmd.ExtraFiles = append([]*os.File{srv}, inherit...)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start criu: %w", err)
+	}
+	s.cmd = cmd
 	return s, nil
 }
 
@@ -52,20 +76,53 @@ func startCriuService(path, images, work string) (*criuService, error) {
 func (s *criuService) dump(opts *rpc.CriuOpts) error {
 	opts.ImagesDirFd = proto.Int32(int32(s.images.Fd()))
 	opts.WorkDirFd = proto.Int32(int32(s.work.Fd()))
-	err := s.c.Dump(opts, nil)
+	err := s.call(rpc.CriuReqType_DUMP, opts)
 	if cerr := s.close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
+// call sends one request and reads its response.
+func (s *criuService) call(typ rpc.CriuReqType, opts *rpc.CriuOpts) error {
+	req, err := proto.Marshal(&rpc.CriuReq{Type: typ.Enum(), Opts: opts})
+	if err != nil {
+		return err
+	}
+	if _, err := s.sk.Write(req); err != nil {
+		return fmt.Errorf("criu request: %w", err)
+	}
+	buf := make([]byte, criuMaxResponse)
+	n, err := s.sk.Read(buf)
+	if err != nil {
+		return fmt.Errorf("criu response: %w", err)
+	}
+	var resp rpc.CriuResp
+	if err := proto.Unmarshal(buf[:n], &resp); err != nil {
+		return fmt.Errorf("criu response: %w", err)
+	}
+	switch {
+	case !resp.GetSuccess():
+		return fmt.Errorf("operation failed (msg:%s err:%d)", resp.GetCrErrmsg(), resp.GetCrErrno())
+	case resp.GetType() != typ:
+		return fmt.Errorf("criu answered %s to %s", resp.GetType(), typ)
+	}
+	return nil
+}
+
 // close ends the service (a CRIU waiting for its request exits when its
 // socket closes), waits for it, and closes the directories. Idempotent.
 func (s *criuService) close() error {
 	var err error
-	if s.c != nil {
-		err = s.c.Cleanup()
-		s.c = nil
+	if s.sk != nil {
+		s.sk.Close()
+		s.sk = nil
+	}
+	if s.cmd != nil {
+		if werr := s.cmd.Wait(); werr != nil {
+			err = fmt.Errorf("criu swrk failed: %w", werr)
+		}
+		s.cmd = nil
 	}
 	for _, f := range []**os.File{&s.images, &s.work} {
 		if *f != nil {
@@ -99,17 +156,13 @@ func (r *Runtime) checkCheckpoint(id string, o *CheckpointOptions) error {
 	return nil
 }
 
-// runcCheckpoint dumps with `runc checkpoint` (options already checked;
-// lazy is nil for a dump of everything). It runs without a context:
-// killing runc would orphan its CRIU.
-func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions, lazy *lazyOpts) error {
+// runcCheckpoint dumps everything with `runc checkpoint` (options already
+// checked). It runs without a context: killing runc would orphan its CRIU.
+func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
 	opts := &gorunc.CheckpointOpts{
 		ImagePath:    o.ImagePath,
 		WorkDir:      o.WorkPath,
 		AllowOpenTCP: o.TCPEstablished,
-	}
-	if lazy != nil {
-		opts.LazyPages, opts.CriuPageServer, opts.StatusFile = true, lazy.pageServer, lazy.status
 	}
 	var actions []gorunc.CheckpointAction
 	if o.LeaveRunning {

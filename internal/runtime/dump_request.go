@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -97,11 +95,11 @@ func (st *runcState) pids() ([]int, error) {
 	return occgroups.GetAllPids(dir)
 }
 
-// lazyOpts are a lazy dump's page server and the pipe CRIU reports its
-// readiness on.
+// lazyOpts are a lazy dump's CRIU config file (it names the page server's
+// inherited socket) and the pipe CRIU reports its readiness on.
 type lazyOpts struct {
-	pageServer string   // addr:port; "" lets CRIU pick
-	status     *os.File // CRIU writes '\0' once the page server listens
+	config string   // CRIU config file with "ps-socket N"
+	status *os.File // CRIU writes '\0' once the page server is up
 }
 
 // dumpRequest builds runc's dump request from runc's state, and writes
@@ -130,9 +128,7 @@ func dumpRequest(st *runcState, o CheckpointOptions, lazy *lazyOpts) (*rpc.CriuO
 		opts.FreezeCgroup = proto.String(fcg)
 	}
 	if lazy != nil {
-		if err := setLazy(opts, lazy); err != nil {
-			return nil, err
-		}
+		setLazy(opts, lazy)
 	}
 	if err := addExternals(opts, st); err != nil {
 		return nil, err
@@ -147,26 +143,17 @@ func dumpRequest(st *runcState, o CheckpointOptions, lazy *lazyOpts) (*rpc.CriuO
 	return opts, nil
 }
 
-// setLazy makes opts a lazy dump: memory is left to a page server.
-func setLazy(opts *rpc.CriuOpts, lazy *lazyOpts) error {
+// setLazy makes opts a lazy dump: memory is left to a page server on the
+// socket the config file names.
+func setLazy(opts *rpc.CriuOpts, lazy *lazyOpts) {
 	opts.LazyPages = proto.Bool(true)
 	if lazy.status != nil {
 		// CRIU opens it as /proc/<our pid>/fd/N.
 		opts.StatusFd = proto.Int32(int32(lazy.status.Fd()))
 	}
-	if lazy.pageServer == "" {
-		return nil
-	}
-	host, port, err := net.SplitHostPort(lazy.pageServer)
-	if err != nil {
-		return fmt.Errorf("page server %q: %w", lazy.pageServer, err)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return fmt.Errorf("page server %q: %w", lazy.pageServer, err)
-	}
-	opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(host), Port: proto.Int32(int32(p))}
-	return nil
+	// An RPC request cannot give a lazy dump's page server a socket (CRIU
+	// takes ps.fd for a restore only); its config file can.
+	opts.ConfigFile = proto.String(lazy.config)
 }
 
 // addExternals declares what the container gets from outside its images,

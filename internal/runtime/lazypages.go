@@ -20,10 +20,16 @@ type LazyPagesOptions struct {
 	// WorkPath is where it listens for the restored tasks (lazy-pages.socket)
 	// and writes lazy-pages.log; the restore must use the same work path.
 	WorkPath string
-	// Address and Port locate the source's page server.
-	Address string
-	Port    int
+	// PageServer is this end of a socket pair (SocketPair) whose other
+	// end reaches the source's page server; the daemon inherits it and
+	// the caller closes its copy once StartLazyPages returns. No port,
+	// no path: nobody else can reach the page stream.
+	PageServer *os.File
 }
+
+// lazyPagesSocketFd is the page server socket's descriptor number in
+// `criu lazy-pages` (its first inherited file).
+const lazyPagesSocketFd = 3
 
 // LazyPages is a running `criu lazy-pages` daemon: it hands the restored
 // tasks their memory pages on first touch (userfaultfd) and pulls the rest
@@ -44,11 +50,15 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 	if err := os.MkdirAll(o.WorkPath, 0o700); err != nil {
 		return nil, err
 	}
+	if o.PageServer == nil {
+		return nil, fmt.Errorf("%w: lazy-pages without a page server socket", ErrInvalid)
+	}
 	log := filepath.Join(o.WorkPath, "lazy-pages.log")
 	cmd := exec.Command(r.cfg.Criu, "lazy-pages", "--page-server",
-		"--address", o.Address, "--port", strconv.Itoa(o.Port),
+		"--ps-socket", strconv.Itoa(lazyPagesSocketFd),
 		"--images-dir", o.ImagePath, "--work-dir", o.WorkPath,
 		"--log-file", log, "-v4")
+	cmd.ExtraFiles = []*os.File{o.PageServer} // lazyPagesSocketFd
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	// Its own process group: it must outlive a cancelled request, and the

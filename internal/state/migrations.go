@@ -48,8 +48,10 @@ type Migration struct {
 	// Phase is PhaseTransfer until the target is told to start the
 	// container, then PhaseRestoring.
 	Phase string `json:"phase"`
-	// PageServer is the address of a lazy dump's page server, which holds
-	// the container's processes until someone connects and hangs up.
+	// PageServer says a lazy dump's page server was started, which holds
+	// the container's processes until its client hangs up:
+	// runtime.PageServerSocket (its socket closed with the daemon that
+	// held it), or the TCP address an older vessel served it on.
 	PageServer string `json:"page_server,omitempty"`
 	// WasRunning: a cold move stopped the container; resuming restarts it.
 	WasRunning bool      `json:"was_running,omitempty"`

@@ -41,6 +41,6 @@ type host struct {
 	t *testing.T
 }
 
-func newHost(t *testing.T) *host {
-	return &host{Host: testhost.New(t, binDir, testhost.Options{}), t: t}
+func newHost(t *testing.T, extraArgs ...string) *host {
+	return &host{Host: testhost.New(t, binDir, testhost.Options{ExtraArgs: extraArgs}), t: t}
 }
