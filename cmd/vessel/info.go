@@ -118,6 +118,7 @@ func instancePairs(i api.Instance) [][2]string {
 		{"Distribution", nonEmpty(i.OS.PrettyName, distro(i.OS))},
 		{"Image", i.Image},
 		{"IPv4", i.IPv4},
+		{"Security", security(i)},
 		{"Created", i.Created.Local().Format(time.RFC3339)},
 	}
 	if !i.LastStart.IsZero() {
@@ -171,4 +172,16 @@ func nonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// security says how the container is isolated from the host's users.
+func security(i api.Instance) string {
+	switch {
+	case i.Privileged:
+		return "privileged (no user namespace: its root is the host's root)"
+	case i.IDMap != "":
+		return "unprivileged (user namespace, host ids " + i.IDMap + ")"
+	default:
+		return "unprivileged (user namespace from its first start)"
+	}
 }

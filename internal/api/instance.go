@@ -30,6 +30,12 @@ type Instance struct {
 	Location   string            `json:"location,omitempty"`
 	StopSignal string            `json:"stop_signal,omitempty"`
 	LastExit   *InstanceExit     `json:"last_exit,omitempty"`
+	// Privileged says the container runs without a user namespace of its
+	// own (security.privileged=true): its root is the host's root.
+	Privileged bool `json:"privileged"`
+	// IDMap is an unprivileged container's host id range, once it has
+	// one (its first start): "UID:GID+SIZE".
+	IDMap string `json:"idmap,omitempty"`
 	// State is live usage; filled for single-instance GETs.
 	State *InstanceState `json:"state,omitempty"`
 	// Migration is a migration of the instance in flight on this host (or

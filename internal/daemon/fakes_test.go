@@ -259,8 +259,9 @@ func (f *fakeRuntime) NewCheckpoint(ctx context.Context, id string, o runtime.Ch
 	return nil, errFakeUnsupported
 }
 
-func (f *fakeRuntime) PrepareIDMap(m runtime.IDMap) error { return nil }
-func (f *fakeRuntime) ReleaseIDMap(m runtime.IDMap)       {}
+func (f *fakeRuntime) PrepareIDMap(dst string, m runtime.IDMap) error { return nil }
+func (f *fakeRuntime) ReleaseIDMap(m runtime.IDMap)                   {}
+func (f *fakeRuntime) UnmountIDMapped(dst string) error               { return nil }
 
 func (f *fakeRuntime) MountIDMapped(src, dst string, m runtime.IDMap) error {
 	f.record("idmap %s %d", dst, m.HostUID)
@@ -293,6 +294,8 @@ func (f *fakeNetwork) MountSysfs(name, dir string) error {
 	f.record("sysfs %s", name)
 	return nil
 }
+
+func (f *fakeNetwork) UnmountSysfs(dir string) error { return nil }
 
 func (f *fakeNetwork) count(prefix string) int {
 	f.mu.Lock()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"maps"
 
 	"github.com/vesselhost/vessel/internal/api"
@@ -21,6 +22,10 @@ func (d *Daemon) render(inst *instance) api.Instance {
 		OS:         api.OS(rec.OS),
 		Location:   d.cfg.Name,
 		StopSignal: rec.StopSignal,
+		Privileged: privileged(rec),
+	}
+	if m := rec.IDMap; m != nil && !out.Privileged {
+		out.IDMap = fmt.Sprintf("%d:%d+%d", m.UID, m.GID, m.Size)
 	}
 	if out.Config == nil {
 		out.Config = map[string]string{}

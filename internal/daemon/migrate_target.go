@@ -359,16 +359,11 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 		defer func() {
 			d.log.Debug("migration target: runc restore returned", "name", m.name, "after", time.Since(t0))
 		}()
-		if err := d.checkPeerImages(m.prep.inst, m.images); err != nil {
-			return runtime.Process{}, err
-		}
-		if err := d.shareImages(m.prep.inst, m.images); err != nil {
-			return runtime.Process{}, err
-		}
 		return d.rt.Restore(rctx, m.name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,
-			Hang: m.d.fault(faultRestore) == "hang",
+			Hang:  m.d.fault(faultRestore) == "hang",
+			IDMap: runIDMap(m.prep.inst.record()), Untrusted: true,
 		})
 	}, also)
 	if err != nil && lp != nil {

@@ -43,9 +43,10 @@ type instanceRuntime interface {
 	// ReleaseIDMap drops it. MountIDMapped mounts an unprivileged
 	// container's rootfs with its ids shifted (a mount already there is
 	// replaced).
-	PrepareIDMap(m runtime.IDMap) error
+	PrepareIDMap(dst string, m runtime.IDMap) error
 	ReleaseIDMap(m runtime.IDMap)
 	MountIDMapped(src, dst string, m runtime.IDMap) error
+	UnmountIDMapped(dst string) error
 }
 
 // instanceNetwork gives instances their addresses and links
@@ -68,6 +69,7 @@ type instanceNetwork interface {
 	// MountSysfs mounts on dir a sysfs seen from inside the instance's
 	// network namespace (for an unprivileged container's /sys).
 	MountSysfs(name, dir string) error
+	UnmountSysfs(dir string) error
 }
 
 // cgroupsFunc opens the cgroup at a path (cgroups.New).

@@ -116,15 +116,11 @@ func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFun
 		if err := os.MkdirAll(work, 0o700); err != nil {
 			return runtime.Process{}, err
 		}
-		if inst := d.insts.get(name); inst != nil {
-			if err := d.shareImages(inst, images); err != nil {
-				return runtime.Process{}, err
-			}
-		}
 		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    images,
 			WorkPath:     work,
+			IDMap:        d.snapshotIDMap(name),
 		})
 	}
 }
@@ -137,4 +133,12 @@ func (c *Config) restoreWorkDir(name string) string {
 
 func (c *Config) dumpWorkDir(name string) string {
 	return filepath.Join(c.RunDir, "criu", name, "dump")
+}
+
+// snapshotIDMap is the id map a stateful restore of name runs with.
+func (d *Daemon) snapshotIDMap(name string) *runtime.IDMap {
+	if inst := d.insts.get(name); inst != nil {
+		return runIDMap(inst.record())
+	}
+	return nil
 }

@@ -45,7 +45,14 @@ const waitBound = 10 * time.Second
 func newTestDaemon(t *testing.T) *testDaemon {
 	t.Helper()
 	dir := t.TempDir()
+	// Subordinate ids of the test's own, whatever the machine's /etc has.
+	subids := filepath.Join(dir, "subids")
+	if err := os.WriteFile(subids, []byte("root:1000000:655360\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
+		Subuid:        subids,
+		Subgid:        subids,
 		Root:          filepath.Join(dir, "root"),
 		RunDir:        filepath.Join(dir, "run"),
 		Name:          "test-host",

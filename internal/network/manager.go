@@ -100,6 +100,9 @@ func (m *Manager) NetnsPath(name string) string { return filepath.Join(m.cfg.Net
 // function MountSysfs).
 func (m *Manager) MountSysfs(name, dir string) error { return MountSysfs(m.NetnsPath(name), dir) }
 
+// UnmountSysfs undoes MountSysfs and removes dir.
+func (m *Manager) UnmountSysfs(dir string) error { return UnmountSysfs(dir, true) }
+
 // Setup makes the host match the config; it is idempotent and cheap to run
 // at every daemon start. It creates the bridge if it is missing, sets its MTU,
 // puts the gateway address on it and brings it up. It creates the bridge's

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,10 +38,29 @@ func (m *IDMap) Validate() error {
 // its caller opens it.
 const UsernsHoldArg = "--hold-userns"
 
-// PrepareIDMap makes the user namespace MountIDMapped will need for m
-// (a few milliseconds), so that a mount made while a container is frozen
-// (a migration target's) costs only the mount. ReleaseIDMap drops it.
-func (r *Runtime) PrepareIDMap(m IDMap) error {
+// PrepareIDMap readies an idmapped mount of map m on dst: the user
+// namespace it needs (a few milliseconds, so that a mount made while a
+// container is frozen, a migration target's, costs only the mount), and
+// dst itself in a directory that only the container's root may pass (mode
+// 0100): runc's init, in the container's user namespace, must reach the
+// rootfs; no other host user may. Its parent is made 0711. ReleaseIDMap
+// drops the user namespace.
+func (r *Runtime) PrepareIDMap(dst string, m IDMap) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	dir := filepath.Dir(dst)
+	for _, step := range []func() error{
+		func() error { return os.MkdirAll(filepath.Dir(dir), 0o711) },
+		func() error { return os.Chmod(filepath.Dir(dir), 0o711) },
+		func() error { return os.MkdirAll(dst, 0o700) },
+		func() error { return os.Chown(dir, int(m.HostUID), int(m.HostGID)) },
+		func() error { return os.Chmod(dir, 0o100) },
+	} {
+		if err := step(); err != nil {
+			return fmt.Errorf("idmapped mount point: %w", err)
+		}
+	}
 	_, err := r.usernsFor(m)
 	return err
 }
@@ -110,7 +130,7 @@ func (r *Runtime) MountIDMapped(src, dst string, m IDMap) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	if err := UnmountIDMapped(dst); err != nil {
+	if err := unmountAll(dst); err != nil {
 		return err
 	}
 	ns, err := r.usernsFor(m)
@@ -136,9 +156,23 @@ func (r *Runtime) MountIDMapped(src, dst string, m IDMap) error {
 	return nil
 }
 
-// UnmountIDMapped detaches whatever is mounted on dst; nothing mounted (or
-// no dst) is not an error.
-func UnmountIDMapped(dst string) error {
+// UnmountIDMapped detaches the mount on dst and removes dst and the
+// directory PrepareIDMap made for it; nothing there is not an error.
+func (r *Runtime) UnmountIDMapped(dst string) error {
+	if err := unmountAll(dst); err != nil {
+		return err
+	}
+	for _, d := range []string{dst, filepath.Dir(dst)} {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmountAll detaches whatever is mounted on dst; nothing mounted (or no
+// dst) is not an error.
+func unmountAll(dst string) error {
 	for {
 		err := unix.Unmount(dst, unix.MNT_DETACH)
 		switch {

@@ -46,6 +46,12 @@ type RestoreOptions struct {
 	ExtraArgs []string
 	// Hang is fault injection for tests: the shim never runs runc.
 	Hang bool
+	// IDMap is an unprivileged container's map: its restored tasks read
+	// some images as the container's root, so ImagePath is shared with
+	// that root's group (ShareImages). Untrusted images (a peer's) must
+	// first pass CheckUserns.
+	IDMap     *IDMap
+	Untrusted bool
 }
 
 // Start runs the container of bundle under a new shim and returns once it is
@@ -69,6 +75,16 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle string, o RestoreOptio
 	}
 	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
 		return Process{}, fmt.Errorf("%w: restore needs absolute image and work paths", ErrInvalid)
+	}
+	if m := o.IDMap; m != nil {
+		if o.Untrusted {
+			if err := CheckUserns(o.ImagePath, *m); err != nil {
+				return Process{}, err
+			}
+		}
+		if err := ShareImages(o.ImagePath, *m); err != nil {
+			return Process{}, err
+		}
 	}
 	c, err := r.shimConfig(id, bundle, shim.ActionRestore, o.StartOptions)
 	if err != nil {

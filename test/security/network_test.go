@@ -51,8 +51,11 @@ func newSpoofNet(t *testing.T) *spoofNet {
 		t.Fatal(err)
 	}
 	s := &spoofNet{host: h, gw: h.Subnet().Addr().Next()}
+	// The attacker needs CAP_NET_ADMIN over its network namespace: only a
+	// privileged container has it (TestUnprivilegedNetworkFixed). The
+	// bridge filters must hold for those too.
 	for _, name := range []string{"a", "b"} {
-		h.OK("launch", "busybox", name)
+		h.OK("launch", "busybox", name, "-c", "security.privileged=true")
 		h.Install(name, probe)
 	}
 	s.ipA, s.ipB = s.address("a"), s.address("b")
