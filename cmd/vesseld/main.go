@@ -197,7 +197,7 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 	go func() { errc <- srv.Serve(server.Listen(ln, limits)) }()
 	var remote []*http.Server
 	for _, addr := range cfg.Listen {
-		tl, err := tls.Listen("tcp", addr, d.TLSConfig())
+		tcp, err := net.Listen("tcp", addr)
 		if err != nil {
 			_ = srv.Close()
 			_ = d.Shutdown(context.Background())
@@ -205,7 +205,10 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 		}
 		rs := server.NewHTTPServer(handler, limits)
 		remote = append(remote, rs)
-		go func() { errc <- rs.Serve(server.Listen(tl, limits)) }()
+		// TLS over the capped listener, not the other way round: the
+		// server must see *tls.Conn to know the client's certificate.
+		tl := tls.NewListener(server.Listen(tcp, limits), d.TLSConfig())
+		go func() { errc <- rs.Serve(tl) }()
 		log.Info("serving HTTPS", "address", addr, "fingerprint", d.Fingerprint())
 	}
 	pidFile := filepath.Join(cfg.Root, "vesseld.pid")
