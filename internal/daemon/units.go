@@ -68,7 +68,7 @@ func parseIOPS(s string) (int64, error) {
 		s = strings.TrimSpace(s[:len(s)-4])
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
+	if err != nil || n < 0 {
 		return 0, fmt.Errorf("not a number of operations per second (e.g. 100iops)")
 	}
 	return n, nil
