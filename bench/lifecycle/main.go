@@ -1,5 +1,6 @@
 // Command lifecycle measures vessel's launch-to-running and stop+delete
-// latency over N containers, and, in the same run and interleaved with it,
+// latency over N containers (unprivileged, the default, and interleaved
+// with them as many privileged ones), and, in the same run and interleaved with it,
 // `runc run -d` / kill+delete of an equivalent bundle (same generated spec,
 // a btrfs snapshot of the same image on the same pool). It prints JSON.
 //
@@ -32,6 +33,9 @@ type Result struct {
 		LaunchMs       benchutil.Stats `json:"launch_ms"`
 		StopDeleteMs   benchutil.Stats `json:"stop_force_delete_ms"`
 		GracefulStopMs benchutil.Stats `json:"graceful_stop_ms"`
+		// The same with security.privileged=true (no user namespace).
+		PrivilegedLaunchMs     benchutil.Stats `json:"privileged_launch_ms"`
+		PrivilegedStopDeleteMs benchutil.Stats `json:"privileged_stop_force_delete_ms"`
 	} `json:"vessel"`
 	Runc struct {
 		RunMs        benchutil.Stats `json:"run_ms"`
@@ -40,6 +44,8 @@ type Result struct {
 	Ratios struct {
 		LaunchVsRunc     float64 `json:"launch_vs_runc"`
 		StopDeleteVsRunc float64 `json:"stop_delete_vs_runc"`
+		// Unprivileged launch over privileged launch (medians).
+		UnprivilegedVsPrivileged float64 `json:"unprivileged_vs_privileged_launch"`
 	} `json:"ratios"`
 	Reference map[string]float64 `json:"reference"`
 }
@@ -60,12 +66,21 @@ func main() {
 
 	var res Result
 	res.Benchmark, res.Machine, res.N = "lifecycle", benchutil.ThisMachine(), *n
-	var launch, stopDel, runcRun, runcKill, graceful []float64
+	var launch, stopDel, runcRun, runcKill, graceful, launchP, stopDelP []float64
 	for i := 0; i < *n; i++ {
 		name := fmt.Sprintf("lc%d", i)
-		t0 := time.Now()
-		h.OK("launch", "busybox", name)
-		launch = append(launch, benchutil.Ms(time.Since(t0)))
+		// Alternate which kind goes first: neither gets a warmer host.
+		for k := range 2 {
+			if (i+k)%2 == 0 {
+				t0 := time.Now()
+				h.OK("launch", "busybox", name)
+				launch = append(launch, benchutil.Ms(time.Since(t0)))
+			} else {
+				t0 := time.Now()
+				h.OK("launch", "busybox", name+"p", "-c", "security.privileged=true")
+				launchP = append(launchP, benchutil.Ms(time.Since(t0)))
+			}
+		}
 
 		d, err := rb.run(i)
 		if err != nil {
@@ -86,6 +101,10 @@ func main() {
 		h.OK("stop", "--force", name)
 		h.OK("delete", name)
 		stopDel = append(stopDel, benchutil.Ms(time.Since(t0)))
+		t0 = time.Now()
+		h.OK("stop", "--force", name+"p")
+		h.OK("delete", name+"p")
+		stopDelP = append(stopDelP, benchutil.Ms(time.Since(t0)))
 
 		d, err := rb.killDelete(i)
 		if err != nil {
@@ -96,10 +115,13 @@ func main() {
 	res.Vessel.LaunchMs = benchutil.Summarise(launch)
 	res.Vessel.StopDeleteMs = benchutil.Summarise(stopDel)
 	res.Vessel.GracefulStopMs = benchutil.Summarise(graceful)
+	res.Vessel.PrivilegedLaunchMs = benchutil.Summarise(launchP)
+	res.Vessel.PrivilegedStopDeleteMs = benchutil.Summarise(stopDelP)
 	res.Runc.RunMs = benchutil.Summarise(runcRun)
 	res.Runc.KillDeleteMs = benchutil.Summarise(runcKill)
 	res.Ratios.LaunchVsRunc = benchutil.Ratio(res.Vessel.LaunchMs.Median, res.Runc.RunMs.Median)
 	res.Ratios.StopDeleteVsRunc = benchutil.Ratio(res.Vessel.StopDeleteMs.Median, res.Runc.KillDeleteMs.Median)
+	res.Ratios.UnprivilegedVsPrivileged = benchutil.Ratio(res.Vessel.LaunchMs.Median, res.Vessel.PrivilegedLaunchMs.Median)
 	res.Reference = map[string]float64{"incus_6.0.4_launch_ms": 212}
 
 	benchutil.Emit(r, res, *out)

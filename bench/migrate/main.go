@@ -27,8 +27,10 @@ import (
 
 // Case is one (size, mode) series.
 type Case struct {
-	SizeMiB        int                   `json:"size_mib"`
-	Mode           string                `json:"mode"`
+	SizeMiB int    `json:"size_mib"`
+	Mode    string `json:"mode"`
+	// Security is "unprivileged" (the default) or "privileged".
+	Security       string                `json:"security"`
 	Moves          int                   `json:"moves"`
 	FrozenMs       benchutil.Stats       `json:"frozen_ms"`
 	HeartbeatGapMs benchutil.Stats       `json:"heartbeat_gap_ms,omitzero"`
@@ -57,6 +59,7 @@ func main() {
 	modesFlag := flag.String("modes", "cold,copy,lazy", "modes to measure")
 	rate := flag.Int("rate", 64, "MiB/s of memory rewritten by the workload")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
+	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
@@ -71,68 +74,85 @@ func main() {
 		Ratios: map[string]float64{}, Reference: map[string]float64{
 			"incus_6.0.4_frozen_ms": 430, "incus_6.0.4_wall_ms": 1430, "openvz_best_frozen_ms": 1380,
 		}}
-	for _, s := range strings.Split(*sizesFlag, ",") {
-		size, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			r.Fatalf("bad size %q", s)
+	for _, sec := range strings.Split(*secFlag, ",") {
+		for _, s := range strings.Split(*sizesFlag, ",") {
+			size, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				r.Fatalf("bad size %q", s)
+			}
+			name := fmt.Sprintf("mig%d", size)
+			launch := []string{"launch", "busybox", "alpha:" + name}
+			switch sec {
+			case "unprivileged":
+			case "privileged":
+				launch = append(launch, "-c", "security.privileged=true")
+				name += "p"
+				launch[2] += "p"
+			default:
+				r.Fatalf("bad -security %q", sec)
+			}
+			c.OK(launch...)
+			at := "alpha"
+			startBeat(r, c, at, name, beat, size, *rate)
+			for _, mode := range strings.Split(*modesFlag, ",") {
+				cs := Case{SizeMiB: size, Mode: mode, Security: sec}
+				var frozen, gap, total, sd, ur, post, passes, dump []float64
+				for i := 0; i < *n; i++ {
+					to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
+					args := []string{"move", at + ":" + name, to + ":", "--format", "json"}
+					if mode != "cold" {
+						args = append(args, "--live", "--memory", mode)
+						c.OK("exec", at+":"+name, "--", "touch", "/tmp/beat.reset")
+						time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
+					}
+					var t api.MigrationTiming
+					if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
+						r.Fatalf("timing: %v", err)
+					}
+					at = to
+					if mode == "cold" {
+						startBeat(r, c, at, name, beat, size, *rate) // a cold move restarts it
+					} else {
+						time.Sleep(200 * time.Millisecond)
+						us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", at+":"+name, "--", "cat", "/tmp/beat.max")))
+						gap = append(gap, float64(us)/1000)
+					}
+					cs.Timings = append(cs.Timings, t)
+					frozen = append(frozen, t.FrozenTotal*1000)
+					total = append(total, t.Total*1000)
+					sd = append(sd, t.SuspendDump*1000)
+					ur = append(ur, t.UndumpResume*1000)
+					post = append(post, t.Postcopy*1000)
+					passes = append(passes, float64(t.PrecopyIterations))
+					dump = append(dump, float64(t.DumpBytes)/(1<<20))
+					fmt.Fprintf(os.Stderr, "size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
+						size, mode, i, t.FrozenTotal*1000, lastOr(gap, mode), t.Total*1000)
+				}
+				cs.Moves = *n
+				cs.FrozenMs, cs.TotalMs = benchutil.Summarise(frozen), benchutil.Summarise(total)
+				cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sd), benchutil.Summarise(ur)
+				cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(passes), benchutil.Summarise(dump)
+				if mode == api.MemoryLazy {
+					cs.PostcopyMs = benchutil.Summarise(post)
+				}
+				if len(gap) > 0 {
+					cs.HeartbeatGapMs = benchutil.Summarise(gap)
+				}
+				res.Cases = append(res.Cases, cs)
+			}
+			c.OK("delete", "--force", at+":"+name)
 		}
-		name := fmt.Sprintf("mig%d", size)
-		c.OK("launch", "busybox", "alpha:"+name)
-		at := "alpha"
-		startBeat(r, c, at, name, beat, size, *rate)
-		for _, mode := range strings.Split(*modesFlag, ",") {
-			cs := Case{SizeMiB: size, Mode: mode}
-			var frozen, gap, total, sd, ur, post, passes, dump []float64
-			for i := 0; i < *n; i++ {
-				to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
-				args := []string{"move", at + ":" + name, to + ":", "--format", "json"}
-				if mode != "cold" {
-					args = append(args, "--live", "--memory", mode)
-					c.OK("exec", at+":"+name, "--", "touch", "/tmp/beat.reset")
-					time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
-				}
-				var t api.MigrationTiming
-				if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
-					r.Fatalf("timing: %v", err)
-				}
-				at = to
-				if mode == "cold" {
-					startBeat(r, c, at, name, beat, size, *rate) // a cold move restarts it
-				} else {
-					time.Sleep(200 * time.Millisecond)
-					us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", at+":"+name, "--", "cat", "/tmp/beat.max")))
-					gap = append(gap, float64(us)/1000)
-				}
-				cs.Timings = append(cs.Timings, t)
-				frozen = append(frozen, t.FrozenTotal*1000)
-				total = append(total, t.Total*1000)
-				sd = append(sd, t.SuspendDump*1000)
-				ur = append(ur, t.UndumpResume*1000)
-				post = append(post, t.Postcopy*1000)
-				passes = append(passes, float64(t.PrecopyIterations))
-				dump = append(dump, float64(t.DumpBytes)/(1<<20))
-				fmt.Fprintf(os.Stderr, "size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
-					size, mode, i, t.FrozenTotal*1000, lastOr(gap, mode), t.Total*1000)
-			}
-			cs.Moves = *n
-			cs.FrozenMs, cs.TotalMs = benchutil.Summarise(frozen), benchutil.Summarise(total)
-			cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sd), benchutil.Summarise(ur)
-			cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(passes), benchutil.Summarise(dump)
-			if mode == api.MemoryLazy {
-				cs.PostcopyMs = benchutil.Summarise(post)
-			}
-			if len(gap) > 0 {
-				cs.HeartbeatGapMs = benchutil.Summarise(gap)
-			}
-			res.Cases = append(res.Cases, cs)
-		}
-		c.OK("delete", "--force", at+":"+name)
 	}
-	// Post-copy against the in-run baseline (copy), per size.
+	// Post-copy against the in-run baseline (copy), per size; each kind
+	// against privileged containers.
 	for _, a := range res.Cases {
 		for _, b := range res.Cases {
-			if a.SizeMiB == b.SizeMiB && a.Mode == api.MemoryLazy && b.Mode == api.MemoryCopy {
-				res.Ratios[fmt.Sprintf("lazy_vs_copy_frozen_%dmib", a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
+			same := a.SizeMiB == b.SizeMiB
+			if same && a.Security == b.Security && a.Mode == api.MemoryLazy && b.Mode == api.MemoryCopy {
+				res.Ratios[fmt.Sprintf("lazy_vs_copy_frozen_%dmib_%s", a.SizeMiB, a.Security)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
+			}
+			if same && a.Mode == b.Mode && a.Security == "unprivileged" && b.Security == "privileged" {
+				res.Ratios[fmt.Sprintf("unprivileged_vs_privileged_frozen_%s_%dmib", a.Mode, a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
 			}
 		}
 	}

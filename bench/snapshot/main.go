@@ -60,8 +60,10 @@ type Result struct {
 
 // SizeResult is one memory size, for each I/O mode.
 type SizeResult struct {
-	RSSMiB int                   `json:"rss_mib"`
-	Modes  map[string]ModeResult `json:"modes"`
+	RSSMiB int `json:"rss_mib"`
+	// Security is "unprivileged" (the default) or "privileged".
+	Security string                `json:"security"`
+	Modes    map[string]ModeResult `json:"modes"`
 }
 
 // ModeResult is the stateful snapshot and restore of one size in one mode.
@@ -85,6 +87,7 @@ func main() {
 	n := flag.Int("n", 5, "runs per size and mode")
 	sizesFlag := flag.String("sizes", "0,256,1024", "MiB of dirty memory per container (0: idle busybox)")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
+	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
 	flag.Parse()
 	var sizes []int
 	for _, s := range strings.Split(*sizesFlag, ",") {
@@ -110,19 +113,29 @@ func main() {
 	res.Raw.Command = strings.Join(fioArgs("write", "POOL/fio.dat"), " ")
 
 	b.diskOnly(&res, 10)
-	for _, size := range sizes {
-		sr := SizeResult{RSSMiB: size, Modes: map[string]ModeResult{}}
-		name := fmt.Sprintf("m%d", size)
-		h.OK("launch", "busybox", name)
-		if size > 0 {
-			h.StartMemhog(name, memhog, size)
+	for _, sec := range strings.Split(*secFlag, ",") {
+		for _, size := range sizes {
+			sr := SizeResult{RSSMiB: size, Security: sec, Modes: map[string]ModeResult{}}
+			name := fmt.Sprintf("m%d", size)
+			switch sec {
+			case "unprivileged":
+				h.OK("launch", "busybox", name)
+			case "privileged":
+				name += "p"
+				h.OK("launch", "busybox", name, "-c", "security.privileged=true")
+			default:
+				r.Fatalf("bad -security %q", sec)
+			}
+			if size > 0 {
+				h.StartMemhog(name, memhog, size)
+			}
+			for _, mode := range modes {
+				b.setMode(mode)
+				sr.Modes[mode] = b.stateful(name, mode, *n)
+			}
+			h.OK("delete", "--force", name)
+			res.Stateful = append(res.Stateful, sr)
 		}
-		for _, mode := range modes {
-			b.setMode(mode)
-			sr.Modes[mode] = b.stateful(name, mode, *n)
-		}
-		h.OK("delete", "--force", name)
-		res.Stateful = append(res.Stateful, sr)
 	}
 	res.Raw.WriteMBps = benchutil.Summarise(b.rawWrite)
 	res.Raw.ReadMBps = benchutil.Summarise(b.rawRead)
