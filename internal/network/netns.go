@@ -115,8 +115,12 @@ func bindNewNetns(path string) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("unshare netns: %w", err)
 	}
+	// ICMP echo sockets for every group: an unprivileged container's
+	// root has no CAP_NET_RAW over this namespace (the host's user
+	// namespace owns it), and ping works through these instead.
+	pingErr := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0)
 	src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-	mountErr := unix.Mount(src, path, "none", unix.MS_BIND, "")
+	mountErr := errors.Join(unix.Mount(src, path, "none", unix.MS_BIND, ""), pingErr)
 	if err := netns.Set(orig); err != nil {
 		// Thread stays locked: see above.
 		return errors.Join(mountErr, fmt.Errorf("restore netns of thread: %w", err))

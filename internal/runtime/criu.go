@@ -175,11 +175,12 @@ func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
 	return nil
 }
 
-// criuRunc is our runc client with --criu: go-runc no longer passes its
-// Criu field, but runc 1.1 still takes the global flag.
+// criuRunc is our runc client for checkpoints. runc 1.2 and later have no
+// --criu flag: they run the "criu" of their PATH, the daemon's, where
+// Criu was found unless configured elsewhere (the shim puts Criu's
+// directory first for restores).
 func (r *Runtime) criuRunc() *gorunc.Runc {
 	rc := *r.runc
-	rc.ExtraArgs = append([]string{"--criu", r.cfg.Criu}, rc.ExtraArgs...)
 	return &rc
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 )
 
 // The C workloads tests and benchmarks run inside containers. Their
@@ -21,7 +22,35 @@ var (
 	undumpableSource string
 	//go:embed testdata/netprobe.c
 	netprobeSource string
+	//go:embed testdata/vping.c
+	vpingSource string
 )
+
+// vpings holds the vping built in each binary directory.
+var vpings sync.Map // bin dir -> *vpingBuild
+
+type vpingBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Ping sends one ICMP echo from container name to ip (vping, installed on
+// first use): how tests check reachability from unprivileged containers,
+// whose root may not open the raw socket busybox's ping needs.
+func (h *Host) Ping(name, ip string) Result {
+	h.t.Helper()
+	v, _ := vpings.LoadOrStore(h.bin, &vpingBuild{path: filepath.Join(h.bin, "vping")})
+	b := v.(*vpingBuild)
+	b.once.Do(func() { b.err = buildStatic("vping", vpingSource, b.path) })
+	if b.err != nil {
+		h.t.Fatalf("build vping: %v", b.err)
+	}
+	if _, err := os.Stat(filepath.Join(h.ContainerPath(name), "bin", "vping")); err != nil {
+		h.Install(name, b.path)
+	}
+	return h.Vessel("exec", name, "--", "vping", ip)
+}
 
 // BuildMemhog compiles memhog (testdata/memhog.c: fills MiB of anonymous
 // memory with a known sequence and verifies it on SIGUSR1) into dst.

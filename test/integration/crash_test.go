@@ -128,7 +128,7 @@ func (h *host) assertNetwork(name, ipv4 string) {
 		h.t.Fatalf("%s's eth0 lacks %s:\n%s", name, ipv4, addrs)
 	}
 	gw := h.Subnet().Addr().Next().String()
-	if r := h.Vessel("exec", name, "--", "ping", "-c", "1", "-W", "5", gw); r.Code != 0 {
+	if r := h.Ping(name, gw); r.Code != 0 {
 		h.t.Fatalf("%s cannot reach the bridge %s: %s", name, gw, r)
 	}
 }

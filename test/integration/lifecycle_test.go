@@ -286,7 +286,7 @@ func TestConcurrentLaunches(t *testing.T) {
 	// Containers reach each other and the host's bridge address.
 	gw := strings.TrimSuffix(h.Subnet().Addr().String(), "0") + "1"
 	for _, target := range []string{insts["par9"].IPv4, gw} {
-		if r := h.Vessel("exec", "par0", "--", "ping", "-c", "1", "-W", "5", target); r.Code != 0 {
+		if r := h.Ping("par0", target); r.Code != 0 {
 			t.Errorf("par0 cannot reach %s: %s", target, r)
 		}
 	}
