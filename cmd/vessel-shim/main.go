@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/shim"
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == runtime.UsernsHoldArg {
-		os.Exit(runtime.HoldUserns())
-	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: vessel-shim STATE-DIR/shim.json")
 		os.Exit(2)
