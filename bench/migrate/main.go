@@ -68,7 +68,12 @@ func main() {
 	if err := testhost.BuildBeat(beat); err != nil {
 		r.Fatalf("%v", err)
 	}
-	c := testhost.NewCluster(r, bin, testhost.ClusterOptions{StorageSizeMiB: 4096})
+	opts := testhost.ClusterOptions{StorageSizeMiB: 4096}
+	if strings.Contains(*secFlag, "privileged") {
+		// Privileged containers move only between hosts that accept them.
+		opts.HostArgs = append(opts.HostArgs, "--accept-privileged")
+	}
+	c := testhost.NewCluster(r, bin, opts)
 
 	res := Result{Benchmark: "migrate", Machine: benchutil.ThisMachine(), DirtyRateMiB: *rate,
 		Ratios: map[string]float64{}, Reference: map[string]float64{
