@@ -79,73 +79,37 @@ func main() {
 		Ratios: map[string]float64{}, Reference: map[string]float64{
 			"incus_6.0.4_frozen_ms": 430, "incus_6.0.4_wall_ms": 1430, "openvz_best_frozen_ms": 1380,
 		}}
-	for _, sec := range strings.Split(*secFlag, ",") {
-		for _, s := range strings.Split(*sizesFlag, ",") {
-			size, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				r.Fatalf("bad size %q", s)
+	secs := strings.Split(*secFlag, ",")
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			r.Fatalf("bad size %q", s)
+		}
+		// One container per kind, moved in turn (each kind first every
+		// other round): both meet the same machine.
+		subjects := make([]*subject, len(secs))
+		for k, sec := range secs {
+			subjects[k] = launchSubject(r, c, sec, size)
+			startBeat(r, c, "alpha", subjects[k].name, beat, size, *rate)
+		}
+		for _, mode := range strings.Split(*modesFlag, ",") {
+			for _, sj := range subjects {
+				sj.reset(Case{SizeMiB: size, Mode: mode, Security: sj.sec})
 			}
-			name := fmt.Sprintf("mig%d", size)
-			launch := []string{"launch", "busybox", "alpha:" + name}
-			switch sec {
-			case "unprivileged":
-			case "privileged":
-				launch = append(launch, "-c", "security.privileged=true")
-				name += "p"
-				launch[2] += "p"
-			default:
-				r.Fatalf("bad -security %q", sec)
+			for i := 0; i < *n; i++ {
+				for k := range subjects {
+					sj := subjects[(i+k)%len(subjects)]
+					sj.move(r, c, mode, beat, size, *rate)
+					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
+						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), sj.total[len(sj.total)-1])
+				}
 			}
-			c.OK(launch...)
-			at := "alpha"
-			startBeat(r, c, at, name, beat, size, *rate)
-			for _, mode := range strings.Split(*modesFlag, ",") {
-				cs := Case{SizeMiB: size, Mode: mode, Security: sec}
-				var frozen, gap, total, sd, ur, post, passes, dump []float64
-				for i := 0; i < *n; i++ {
-					to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
-					args := []string{"move", at + ":" + name, to + ":", "--format", "json"}
-					if mode != "cold" {
-						args = append(args, "--live", "--memory", mode)
-						c.OK("exec", at+":"+name, "--", "touch", "/tmp/beat.reset")
-						time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
-					}
-					var t api.MigrationTiming
-					if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
-						r.Fatalf("timing: %v", err)
-					}
-					at = to
-					if mode == "cold" {
-						startBeat(r, c, at, name, beat, size, *rate) // a cold move restarts it
-					} else {
-						time.Sleep(200 * time.Millisecond)
-						us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", at+":"+name, "--", "cat", "/tmp/beat.max")))
-						gap = append(gap, float64(us)/1000)
-					}
-					cs.Timings = append(cs.Timings, t)
-					frozen = append(frozen, t.FrozenTotal*1000)
-					total = append(total, t.Total*1000)
-					sd = append(sd, t.SuspendDump*1000)
-					ur = append(ur, t.UndumpResume*1000)
-					post = append(post, t.Postcopy*1000)
-					passes = append(passes, float64(t.PrecopyIterations))
-					dump = append(dump, float64(t.DumpBytes)/(1<<20))
-					fmt.Fprintf(os.Stderr, "size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
-						size, mode, i, t.FrozenTotal*1000, lastOr(gap, mode), t.Total*1000)
-				}
-				cs.Moves = *n
-				cs.FrozenMs, cs.TotalMs = benchutil.Summarise(frozen), benchutil.Summarise(total)
-				cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sd), benchutil.Summarise(ur)
-				cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(passes), benchutil.Summarise(dump)
-				if mode == api.MemoryLazy {
-					cs.PostcopyMs = benchutil.Summarise(post)
-				}
-				if len(gap) > 0 {
-					cs.HeartbeatGapMs = benchutil.Summarise(gap)
-				}
-				res.Cases = append(res.Cases, cs)
+			for _, sj := range subjects {
+				res.Cases = append(res.Cases, sj.summary(mode, *n))
 			}
-			c.OK("delete", "--force", at+":"+name)
+		}
+		for _, sj := range subjects {
+			c.OK("delete", "--force", sj.at+":"+sj.name)
 		}
 	}
 	// Post-copy against the in-run baseline (copy), per size; each kind
@@ -177,4 +141,78 @@ func startBeat(r *testhost.Runner, c *testhost.Cluster, host, name, beat string,
 	c.OK("exec", host+":"+name, "--", "sh", "-c",
 		fmt.Sprintf("rm -f /tmp/beat.ready; setsid beat %d %d </dev/null >/dev/null 2>&1 &", mib, rate))
 	c.OK("exec", host+":"+name, "--", "sh", "-c", "while [ ! -e /tmp/beat.ready ]; do usleep 50000; done")
+}
+
+// subject is one container a run moves back and forth, and its samples.
+type subject struct {
+	sec, name, at                                  string
+	cs                                             Case
+	frozen, gap, total, sd, ur, post, passes, dump []float64
+}
+
+// launchSubject launches the container of one kind (security) and size.
+func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int) *subject {
+	sj := &subject{sec: sec, name: fmt.Sprintf("mig%d", size), at: "alpha"}
+	var config []string
+	switch sec {
+	case "unprivileged":
+	case "privileged":
+		sj.name += "p"
+		config = []string{"-c", "security.privileged=true"}
+	default:
+		r.Fatalf("bad -security %q", sec)
+	}
+	c.OK(append([]string{"launch", "busybox", "alpha:" + sj.name}, config...)...)
+	return sj
+}
+
+func (sj *subject) reset(cs Case) {
+	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, cs: cs}
+}
+
+// move moves the container to the other host and records the timing.
+func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat string, size, rate int) {
+	to := map[string]string{"alpha": "beta", "beta": "alpha"}[sj.at]
+	args := []string{"move", sj.at + ":" + sj.name, to + ":", "--format", "json"}
+	if mode != "cold" {
+		args = append(args, "--live", "--memory", mode)
+		c.OK("exec", sj.at+":"+sj.name, "--", "touch", "/tmp/beat.reset")
+		time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
+	}
+	var t api.MigrationTiming
+	if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
+		r.Fatalf("timing: %v", err)
+	}
+	sj.at = to
+	if mode == "cold" {
+		startBeat(r, c, sj.at, sj.name, beat, size, rate) // a cold move restarts it
+	} else {
+		time.Sleep(200 * time.Millisecond)
+		us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", sj.at+":"+sj.name, "--", "cat", "/tmp/beat.max")))
+		sj.gap = append(sj.gap, float64(us)/1000)
+	}
+	sj.cs.Timings = append(sj.cs.Timings, t)
+	sj.frozen = append(sj.frozen, t.FrozenTotal*1000)
+	sj.total = append(sj.total, t.Total*1000)
+	sj.sd = append(sj.sd, t.SuspendDump*1000)
+	sj.ur = append(sj.ur, t.UndumpResume*1000)
+	sj.post = append(sj.post, t.Postcopy*1000)
+	sj.passes = append(sj.passes, float64(t.PrecopyIterations))
+	sj.dump = append(sj.dump, float64(t.DumpBytes)/(1<<20))
+}
+
+// summary is the case of mode over the moves recorded since reset.
+func (sj *subject) summary(mode string, n int) Case {
+	cs := sj.cs
+	cs.Moves = n
+	cs.FrozenMs, cs.TotalMs = benchutil.Summarise(sj.frozen), benchutil.Summarise(sj.total)
+	cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sj.sd), benchutil.Summarise(sj.ur)
+	cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(sj.passes), benchutil.Summarise(sj.dump)
+	if mode == api.MemoryLazy {
+		cs.PostcopyMs = benchutil.Summarise(sj.post)
+	}
+	if len(sj.gap) > 0 {
+		cs.HeartbeatGapMs = benchutil.Summarise(sj.gap)
+	}
+	return cs
 }
