@@ -131,7 +131,7 @@ func main() {
 			}
 			for _, mode := range modes {
 				b.setMode(mode)
-				sr.Modes[mode] = b.stateful(name, mode, *n)
+				sr.Modes[mode] = b.stateful(name, mode, *n, size > 0)
 			}
 			h.OK("delete", "--force", name)
 			res.Stateful = append(res.Stateful, sr)
@@ -191,7 +191,7 @@ func (b *bench) diskOnly(res *Result, k int) {
 }
 
 // stateful runs n stateful snapshots and restores of container name.
-func (b *bench) stateful(name, mode string, n int) ModeResult {
+func (b *bench) stateful(name, mode string, n int, memhog bool) ModeResult {
 	ctx := context.Background()
 	var mr ModeResult
 	var frozen, total, dump, sync, wrate, restore, rrate []float64
@@ -231,7 +231,7 @@ func (b *bench) stateful(name, mode string, n int) ModeResult {
 		rms := num(op.Metadata["restore_ms"])
 		restore = append(restore, rms)
 		rrate = append(rrate, mbps(mr.PageBytes, rms))
-		if strings.HasPrefix(name, "m") && name != "m0" {
+		if memhog {
 			b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 		}
 		b.h.OK("snapshot", "delete", name, snap)
