@@ -237,15 +237,26 @@ func TestDirPrecopySwappedSymlink(t *testing.T) {
 }
 
 // grepTree returns the path of a regular file under root holding s, if
-// any (symlinks are not followed).
+// any. Files are read through an os.Root: the container keeps swapping a
+// directory for a symlink to the host's canary on the target too, and a
+// plain read of root/d/secret would follow it there itself.
 func grepTree(t *testing.T, root, s string) string {
 	t.Helper()
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	var found string
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || found != "" || !d.Type().IsRegular() {
 			return nil //nolint:nilerr // a file the running container removed
 		}
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(s)) {
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		if b, err := r.ReadFile(rel); err == nil && bytes.Contains(b, []byte(s)) {
 			found = p
 		}
 		return nil
