@@ -93,43 +93,53 @@ func createNetns(path string) (err error) {
 			os.Remove(path)
 		}
 	}()
-	errc := make(chan error, 1)
-	go func() { errc <- bindNewNetns(path) }()
-	return <-errc
+	return onThreadIn(func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() error {
+		// ICMP echo sockets for every group: an unprivileged container's
+		// root has no CAP_NET_RAW over this namespace (the host's user
+		// namespace owns it), and ping works through these instead.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0); err != nil {
+			return err
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mount new netns on %s: %w", path, err)
+		}
+		return nil
+	})
 }
 
-// bindNewNetns moves the current thread into a new network namespace, binds
-// that namespace on path and moves the thread back. It must run on a
-// goroutine of its own: if the thread cannot be moved back, the goroutine
-// ends with the thread still locked, and the Go runtime then ends the thread
-// instead of scheduling other goroutines on it in the wrong namespace.
-func bindNewNetns(path string) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
+// onThreadIn runs work on an OS thread of its own that enter has moved
+// into another network namespace (the rest of the process, and the
+// mount namespace, stay as they are), then moves the thread back. If the
+// thread cannot be moved back, its goroutine ends with it still locked,
+// and the Go runtime then ends the thread instead of scheduling other
+// goroutines on it in the wrong namespace.
+func onThreadIn(enter, work func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := enter(); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns: %w", err)
+			return
+		}
+		workErr := work()
+		if err := netns.Set(orig); err != nil {
+			// Thread stays locked: see above.
+			errc <- errors.Join(workErr, fmt.Errorf("restore netns of thread: %w", err))
+			return
+		}
 		runtime.UnlockOSThread()
-		return fmt.Errorf("open current netns: %w", err)
-	}
-	defer orig.Close()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("unshare netns: %w", err)
-	}
-	// ICMP echo sockets for every group: an unprivileged container's
-	// root has no CAP_NET_RAW over this namespace (the host's user
-	// namespace owns it), and ping works through these instead.
-	pingErr := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0)
-	src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-	mountErr := errors.Join(unix.Mount(src, path, "none", unix.MS_BIND, ""), pingErr)
-	if err := netns.Set(orig); err != nil {
-		// Thread stays locked: see above.
-		return errors.Join(mountErr, fmt.Errorf("restore netns of thread: %w", err))
-	}
-	runtime.UnlockOSThread()
-	if mountErr != nil {
-		return fmt.Errorf("bind-mount new netns on %s: %w", path, mountErr)
-	}
-	return nil
+		errc <- workErr
+	}()
+	return <-errc
 }
 
 // removeNetns detaches the netns mount on path and removes the file. Both

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -27,33 +26,13 @@ func MountSysfs(netnsPath, dir string) error {
 		return fmt.Errorf("open netns %s: %w", netnsPath, err)
 	}
 	defer target.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- mountSysfsIn(target, dir) }()
-	return <-errc
-}
-
-// mountSysfsIn runs on a goroutine of its own, as bindNewNetns does.
-func mountSysfsIn(target netns.NsHandle, dir string) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open current netns: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter netns: %w", err)
-	}
-	mountErr := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	if err := netns.Set(orig); err != nil {
-		return errors.Join(mountErr, fmt.Errorf("restore netns of thread: %w", err))
-	}
-	runtime.UnlockOSThread()
-	if mountErr != nil {
-		return fmt.Errorf("mount sysfs on %s: %w", dir, mountErr)
-	}
-	return nil
+	return onThreadIn(func() error { return netns.Set(target) }, func() error {
+		err := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if err != nil {
+			return fmt.Errorf("mount sysfs on %s: %w", dir, err)
+		}
+		return nil
+	})
 }
 
 // UnmountSysfs detaches the sysfs on dir, and with remove deletes dir.

@@ -12,29 +12,9 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/inventory"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/userns"
 	"github.com/checkpoint-restore/go-criu/v7/magic"
-	"google.golang.org/protobuf/proto"
-)
 
-// writeImage writes a CRIU image: the common magic, the image's, then
-// each message with its size.
-func writeImage(t *testing.T, path, name string, msgs ...proto.Message) {
-	t.Helper()
-	mm := magic.LoadMagic()
-	var b []byte
-	b = binary.LittleEndian.AppendUint32(b, uint32(mm.ByName["IMG_COMMON"]))
-	b = binary.LittleEndian.AppendUint32(b, uint32(mm.ByName[name]))
-	for _, m := range msgs {
-		p, err := proto.MarshalOptions{AllowPartial: true}.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
-		b = append(b, p...)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
+	"github.com/vesselhost/vessel/internal/testutil"
+)
 
 func u32(v uint32) *uint32 { return &v }
 
@@ -46,13 +26,13 @@ func ext(first, lower, count uint32) *userns.UidGidExtent {
 // user namespace 1, tasks in taskNS, and one userns image per map.
 func checkpoint(t *testing.T, taskNS []uint32, maps map[uint32]*userns.UsernsEntry) string {
 	dir := t.TempDir()
-	writeImage(t, filepath.Join(dir, "inventory.img"), "INVENTORY",
+	testutil.WriteCRIUImage(t, filepath.Join(dir, "inventory.img"), "INVENTORY",
 		&inventory.InventoryEntry{ImgVersion: u32(2), RootIds: &criucore.TaskKobjIdsEntry{UserNsId: u32(1)}})
 	for i, ns := range taskNS {
-		writeImage(t, filepath.Join(dir, fmt.Sprintf("ids-%d.img", i+1)), "IDS", &criucore.TaskKobjIdsEntry{UserNsId: u32(ns)})
+		testutil.WriteCRIUImage(t, filepath.Join(dir, fmt.Sprintf("ids-%d.img", i+1)), "IDS", &criucore.TaskKobjIdsEntry{UserNsId: u32(ns)})
 	}
 	for id, e := range maps {
-		writeImage(t, filepath.Join(dir, fmt.Sprintf("userns-%d.img", id)), "USERNS", e)
+		testutil.WriteCRIUImage(t, filepath.Join(dir, fmt.Sprintf("userns-%d.img", id)), "USERNS", e)
 	}
 	return dir
 }

@@ -25,7 +25,7 @@ func TestCrashAfterLaunch(t *testing.T) {
 		t.Fatal("start succeeded although the daemon was killed")
 	}
 	h.RestartWith()
-	inst := h.instance("s1")
+	inst := h.Instance("s1")
 	if inst.Status != api.StatusRunning || inst.PID == 0 {
 		t.Fatalf("after the restart: %s, pid %d; want Running", inst.Status, inst.PID)
 	}
@@ -33,7 +33,7 @@ func TestCrashAfterLaunch(t *testing.T) {
 	// It is an ordinary running container again: it stops and starts.
 	h.OK("stop", "--force", "s1")
 	h.OK("start", "s1")
-	h.assertNetwork("s1", h.instance("s1").IPv4)
+	h.assertNetwork("s1", h.Instance("s1").IPv4)
 	h.OK("delete", "--force", "s1")
 	h.assertNoInstanceTraces("s1")
 }
@@ -53,7 +53,7 @@ func TestCrashDuringCreate(t *testing.T) {
 	}
 	h.assertNoInstanceTraces("c1")
 	h.OK("launch", "busybox", "c1")
-	h.assertNetwork("c1", h.instance("c1").IPv4)
+	h.assertNetwork("c1", h.Instance("c1").IPv4)
 	h.OK("delete", "--force", "c1")
 }
 
@@ -72,14 +72,14 @@ func TestCrashDuringSnapshotRestore(t *testing.T) {
 		t.Fatal("restore succeeded although the daemon was killed")
 	}
 	h.RestartWith()
-	if st := h.instance("r1").Status; st != api.StatusStopped {
+	if st := h.Instance("r1").Status; st != api.StatusStopped {
 		t.Fatalf("after the restart r1 is %s, want Stopped (the restore stopped it)", st)
 	}
 	h.OK("start", "r1")
 	if got := strings.TrimSpace(h.read("r1", "/root/mark")); got != "before" {
 		t.Fatalf("disk after the finished rollback: %q, want the snapshot's", got)
 	}
-	h.assertNetwork("r1", h.instance("r1").IPv4)
+	h.assertNetwork("r1", h.Instance("r1").IPv4)
 	h.OK("delete", "--force", "r1")
 	h.assertNoInstanceTraces("r1")
 }

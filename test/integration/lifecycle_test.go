@@ -28,15 +28,6 @@ func (h *host) instances() map[string]api.Instance {
 	return out
 }
 
-func (h *host) instance(name string) api.Instance {
-	h.t.Helper()
-	var i api.Instance
-	if err := json.Unmarshal([]byte(h.OK("info", name, "--format", "json")), &i); err != nil {
-		h.t.Fatal(err)
-	}
-	return i
-}
-
 // eventually polls cond for up to 30 s; lifecycle events (a shim noticing
 // an exit) are asynchronous. Not a timing assertion: only a bound.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -108,7 +99,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Live usage from the cgroup.
-	info := h.instance("c1")
+	info := h.Instance("c1")
 	if info.State == nil || info.State.Processes == 0 || info.State.MemoryUsage == 0 {
 		t.Errorf("info state: %+v", info.State)
 	}
@@ -130,7 +121,7 @@ func TestLifecycle(t *testing.T) {
 	if log := h.OK("console", "c1"); !strings.Contains(strings.ToLower(log), "shutting down") {
 		t.Errorf("console log has no shutdown output:\n%s", log)
 	}
-	if e := h.instance("c1").LastExit; e == nil {
+	if e := h.Instance("c1").LastExit; e == nil {
 		t.Errorf("no last exit recorded")
 	}
 	h.Fails("not running", "stop", "c1")

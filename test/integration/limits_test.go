@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,42 +22,12 @@ import (
 
 var v2 = cgroups.HostVersion() == cgroups.V2
 
-// cgFile reads a file of a container's cgroup; controller names the v1
-// hierarchy (ignored on v2).
-func (h *host) cgFile(name, controller, file string) string {
-	h.t.Helper()
-	return h.cgroupFileAt(filepath.Join(h.CgroupParent(), name), controller, file)
-}
-
-func (h *host) cgroupFileAt(path, controller, file string) string {
-	h.t.Helper()
-	dir := filepath.Join("/sys/fs/cgroup", path)
-	if !v2 {
-		dir = filepath.Join("/sys/fs/cgroup", controller, path)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		h.t.Fatalf("read cgroup file: %v", err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// serverInfo returns `vessel info --format json` for the host.
-func (h *host) serverInfo() api.Server {
-	h.t.Helper()
-	var s api.Server
-	if err := json.Unmarshal([]byte(h.OK("info", "--format", "json")), &s); err != nil {
-		h.t.Fatal(err)
-	}
-	return s
-}
-
 // poolDevices returns the pool's devices ("MAJ:MIN"): the loop device, then
 // the disk under it.
 func (h *host) poolDevices() []string {
 	h.t.Helper()
 	var out []string
-	for _, d := range h.serverInfo().Host.StorageDevices {
+	for _, d := range h.ServerInfo().Host.StorageDevices {
 		out = append(out, d.Device)
 	}
 	if len(out) == 0 {
@@ -71,7 +40,7 @@ func (h *host) poolDevices() []string {
 // shows it: pids.max's number, or the memory limit's bytes.
 func (h *host) defaultLimit(key string) string {
 	h.t.Helper()
-	v := h.serverInfo().Host.DefaultLimits[key]
+	v := h.ServerInfo().Host.DefaultLimits[key]
 	if v == "" {
 		h.t.Fatalf("host info shows no default %s", key)
 	}
@@ -154,14 +123,14 @@ func TestLimitsLive(t *testing.T) {
 	devs := h.poolDevices()
 	for kv, f := range h.limitFiles(devs) {
 		h.OK("config", "set", "c1", kv[0]+"="+kv[1])
-		if got := h.cgFile("c1", f.controller, f.file); sortedLines(got) != sortedLines(f.set) {
+		if got := h.CgroupFile("c1", f.controller, f.file); sortedLines(got) != sortedLines(f.set) {
 			t.Errorf("%s=%s: %s = %q, want %q", kv[0], kv[1], f.file, got, f.set)
 		}
 		if got := strings.TrimSpace(h.OK("config", "get", "c1", kv[0])); got != kv[1] {
 			t.Errorf("config get %s = %q", kv[0], got)
 		}
 		h.OK("config", "unset", "c1", kv[0])
-		if got := h.cgFile("c1", f.controller, f.file); got != f.unset {
+		if got := h.CgroupFile("c1", f.controller, f.file); got != f.unset {
 			t.Errorf("unset %s: %s = %q, want %q", kv[0], f.file, got, f.unset)
 		}
 	}
@@ -174,13 +143,13 @@ func TestLimitsLive(t *testing.T) {
 			t.Errorf("config show lacks %q:\n%s", want, show)
 		}
 	}
-	info := h.instance("c1")
+	info := h.Instance("c1")
 	if info.State == nil || info.State.MemoryLimit != 128<<20 {
 		t.Fatalf("info state: %+v", info.State)
 	}
 	// A disk weight needs BFQ: vessel put it on the pool's loop device.
 	var loopSched string
-	for _, d := range h.serverInfo().Host.StorageDevices {
+	for _, d := range h.ServerInfo().Host.StorageDevices {
 		if strings.HasPrefix(d.Name, "loop") {
 			loopSched = d.Scheduler
 		}
@@ -216,7 +185,7 @@ func TestLimitsInvalid(t *testing.T) {
 		h.Fails(c.want, "config", "set", "c1", "limits.processes=77", c.kv)
 	}
 	defPids := h.defaultLimit("limits.processes")
-	if got := h.cgFile("c1", "pids", "pids.max"); got != defPids {
+	if got := h.CgroupFile("c1", "pids", "pids.max"); got != defPids {
 		t.Errorf("pids.max = %q after refused changes, want the default %s", got, defPids)
 	}
 	if got := h.OK("config", "show", "c1"); strings.Contains(got, "limits.processes: 77") {
@@ -236,10 +205,10 @@ func TestLimitsInvalid(t *testing.T) {
 		if !strings.Contains(r.Stderr, "previous limits kept") {
 			t.Errorf("error does not say the previous limits were kept:\n%s", r)
 		}
-		if got := h.cgFile("c1", "pids", "pids.max"); got != defPids {
+		if got := h.CgroupFile("c1", "pids", "pids.max"); got != defPids {
 			t.Errorf("pids.max = %q: half-applied", got)
 		}
-		if got := h.cgFile("c1", "memory", "memory.limit_in_bytes"); got != strconv.Itoa(64<<20) {
+		if got := h.CgroupFile("c1", "memory", "memory.limit_in_bytes"); got != strconv.Itoa(64<<20) {
 			t.Errorf("memory limit = %q, want the previous 64MiB", got)
 		}
 		if got := h.OK("config", "show", "c1"); !strings.Contains(got, "limits.memory: 64MiB") || !strings.Contains(got, "limits.processes: "+defPids+" (host default)") {
@@ -261,10 +230,10 @@ func TestLimitsPersist(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		if got := h.cgFile("c1", "memory", memFile); got != want {
+		if got := h.CgroupFile("c1", "memory", memFile); got != want {
 			t.Errorf("%s: %s = %q, want %q", when, memFile, got, want)
 		}
-		if got := h.cgFile("c1", "pids", "pids.max"); got != "64" {
+		if got := h.CgroupFile("c1", "pids", "pids.max"); got != "64" {
 			t.Errorf("%s: pids.max = %q", when, got)
 		}
 	}
@@ -276,7 +245,7 @@ func TestLimitsPersist(t *testing.T) {
 	h.OK("stop", "--force", "c1")
 	h.OK("config", "set", "c1", "limits.processes=32")
 	h.OK("start", "c1")
-	if got := h.cgFile("c1", "pids", "pids.max"); got != "32" {
+	if got := h.CgroupFile("c1", "pids", "pids.max"); got != "32" {
 		t.Errorf("limit set while stopped: pids.max = %q", got)
 	}
 	h.OK("config", "set", "c1", "limits.processes=64")
@@ -305,7 +274,7 @@ func TestMemoryLimitOOM(t *testing.T) {
 	if r.Code != 137 {
 		t.Errorf("allocation beyond the limit: %s (want killed, exit 137)", r)
 	}
-	i := h.instance("c1")
+	i := h.Instance("c1")
 	if i.Status != api.StatusRunning || i.State == nil || i.State.OOMKills < 1 {
 		t.Fatalf("after OOM: status %s, state %+v", i.Status, i.State)
 	}
@@ -328,12 +297,12 @@ func TestProcessLimit(t *testing.T) {
 	if r.Code == 0 || strings.Contains(r.Stdout, "all-started") {
 		t.Errorf("40 processes started under limits.processes=20: %s", r)
 	}
-	st := h.cgFile("c1", "pids", "pids.events")
+	st := h.CgroupFile("c1", "pids", "pids.events")
 	var hits int
 	if _, err := fmt.Sscanf(st, "max %d", &hits); err != nil || hits == 0 {
 		t.Errorf("pids.events = %q: no fork was refused", st)
 	}
-	if i := h.instance("c1"); i.State == nil || i.State.Processes > 20 {
+	if i := h.Instance("c1"); i.State == nil || i.State.Processes > 20 {
 		t.Errorf("processes = %+v", i.State)
 	}
 }
@@ -344,7 +313,7 @@ func TestProcessLimit(t *testing.T) {
 func TestControlCgroup(t *testing.T) {
 	h := newHost(t)
 	control := h.CgroupParent() + "-control"
-	sh := h.serverInfo().Host.Control
+	sh := h.ServerInfo().Host.Control
 	if sh.Cgroup != control || sh.CPUWeight != 1000 || sh.ContainersCPUWeight != 100 {
 		t.Errorf("host info control = %+v", sh)
 	}
@@ -356,15 +325,15 @@ func TestControlCgroup(t *testing.T) {
 	if v2 {
 		weightFile, on, off = "cpu.weight", "1000", "100"
 	}
-	if got := h.cgroupFileAt(control, "cpu", weightFile); got != on {
+	if got := h.CgroupFileAt(control, "cpu", weightFile); got != on {
 		t.Errorf("control %s = %q, want %q", weightFile, got, on)
 	}
-	if got := h.cgroupFileAt(h.CgroupParent(), "cpu", weightFile); got != off {
+	if got := h.CgroupFileAt(h.CgroupParent(), "cpu", weightFile); got != off {
 		t.Errorf("containers' parent %s = %q, want %q", weightFile, got, off)
 	}
 
 	h.OK("launch", "busybox", "c1")
-	i := h.instance("c1")
+	i := h.Instance("c1")
 	shim := parentPid(t, i.PID)
 	if got, _ := cgroups.ProcessCgroup(shim, "cpu"); got != h.CgroupParent()+"/_shims" {
 		t.Errorf("shim %d is in %q, want the containers' side", shim, got)
@@ -374,7 +343,7 @@ func TestControlCgroup(t *testing.T) {
 	}
 	// A container starts with the control weight; once init runs it has
 	// its own (default, or configured).
-	if got := h.cgFile("c1", "cpu", weightFile); got != off {
+	if got := h.CgroupFile("c1", "cpu", weightFile); got != off {
 		t.Errorf("running container's %s = %q, want %q", weightFile, got, off)
 	}
 	h.OK("launch", "busybox", "c2", "-c", "limits.cpu.weight=50")
@@ -382,12 +351,12 @@ func TestControlCgroup(t *testing.T) {
 	if v2 {
 		want50 = "50"
 	}
-	if got := h.cgFile("c2", "cpu", weightFile); got != want50 {
+	if got := h.CgroupFile("c2", "cpu", weightFile); got != want50 {
 		t.Errorf("container with weight 50: %s = %q, want %q", weightFile, got, want50)
 	}
 
 	h.RestartWith("--control-cpu-weight=0")
-	if got := h.cgroupFileAt(control, "cpu", weightFile); got != off {
+	if got := h.CgroupFileAt(control, "cpu", weightFile); got != off {
 		t.Errorf("weight off: control %s = %q, want %q", weightFile, got, off)
 	}
 	if got, _ := cgroups.ProcessCgroup(h.daemonPid(), "cpu"); got != control {

@@ -2,10 +2,8 @@ package security
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,33 +11,11 @@ import (
 	criucore "github.com/checkpoint-restore/go-criu/v7/crit/images/criu-core"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/inventory"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/userns"
-	"github.com/checkpoint-restore/go-criu/v7/magic"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/testutil"
 )
-
-// criuImage writes a CRIU image file: the common magic, the image's, then
-// each message with its size.
-func criuImage(t *testing.T, path, kind string, msgs ...proto.Message) {
-	t.Helper()
-	mm := magic.LoadMagic()
-	b := binary.LittleEndian.AppendUint32(nil, uint32(mm.ByName["IMG_COMMON"]))
-	b = binary.LittleEndian.AppendUint32(b, uint32(mm.ByName[kind]))
-	for _, m := range msgs {
-		p, err := proto.MarshalOptions{AllowPartial: true}.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
-		b = append(b, p...)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func u32p(v uint32) *uint32 { return &v }
 
@@ -64,10 +40,10 @@ func TestPeerHostileCheckpoint(t *testing.T) {
 			defer cancel()
 			name := fmt.Sprintf("evil-ns%d", taskNS)
 			images := t.TempDir()
-			criuImage(t, filepath.Join(images, "inventory.img"), "INVENTORY",
+			testutil.WriteCRIUImage(t, filepath.Join(images, "inventory.img"), "INVENTORY",
 				&inventory.InventoryEntry{ImgVersion: u32p(2), RootIds: &criucore.TaskKobjIdsEntry{UserNsId: u32p(1)}})
-			criuImage(t, filepath.Join(images, "ids-1.img"), "IDS", &criucore.TaskKobjIdsEntry{UserNsId: u32p(taskNS)})
-			criuImage(t, filepath.Join(images, fmt.Sprintf("userns-%d.img", taskNS)), "USERNS", hostRoot)
+			testutil.WriteCRIUImage(t, filepath.Join(images, "ids-1.img"), "IDS", &criucore.TaskKobjIdsEntry{UserNsId: u32p(taskNS)})
+			testutil.WriteCRIUImage(t, filepath.Join(images, fmt.Sprintf("userns-%d.img", taskNS)), "USERNS", hostRoot)
 
 			hl := hello(name, nil)
 			hl.Live, hl.Memory = true, api.MemoryCopy

@@ -39,30 +39,6 @@ func newHostWith(t *testing.T, extra ...string) *host {
 	return &host{Host: testhost.New(t, binDir, testhost.Options{ExtraArgs: extra}), t: t}
 }
 
-// cgFile reads a file of a container's cgroup (controller names the v1
-// hierarchy; ignored on v2).
-func (h *host) cgFile(name, controller, file string) string {
-	h.t.Helper()
-	dir := filepath.Join("/sys/fs/cgroup", h.CgroupParent(), name)
-	if cgroups.HostVersion() != cgroups.V2 {
-		dir = filepath.Join("/sys/fs/cgroup", controller, h.CgroupParent(), name)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		h.t.Fatalf("read cgroup file: %v", err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func (h *host) serverInfo() api.Server {
-	h.t.Helper()
-	var s api.Server
-	if err := json.Unmarshal([]byte(h.OK("info", "--format", "json")), &s); err != nil {
-		h.t.Fatal(err)
-	}
-	return s
-}
-
 // eventually polls cond every 200 ms until it holds or bound passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -79,12 +55,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // host's default process and memory limits, and vessel info says so.
 func TestDefaultLimitsFromHost(t *testing.T) {
 	h := newHost(t)
-	def := h.serverInfo().Host.DefaultLimits
+	def := h.ServerInfo().Host.DefaultLimits
 	if def["limits.processes"] == "" || def["limits.memory"] == "" {
 		t.Fatalf("host info shows default limits %v, want processes and memory", def)
 	}
 	h.OK("launch", "busybox", "c1")
-	if got := h.cgFile("c1", "pids", "pids.max"); got != def["limits.processes"] {
+	if got := h.CgroupFile("c1", "pids", "pids.max"); got != def["limits.processes"] {
 		t.Errorf("pids.max = %s, want the default %s", got, def["limits.processes"])
 	}
 	mib, _ := strconv.ParseInt(strings.TrimSuffix(def["limits.memory"], "MiB"), 10, 64)
@@ -92,7 +68,7 @@ func TestDefaultLimitsFromHost(t *testing.T) {
 	if cgroups.HostVersion() == cgroups.V2 {
 		memFile = "memory.max"
 	}
-	if got := h.cgFile("c1", "memory", memFile); got != strconv.FormatInt(mib<<20, 10) {
+	if got := h.CgroupFile("c1", "memory", memFile); got != strconv.FormatInt(mib<<20, 10) {
 		t.Errorf("%s = %s, want the default %s", memFile, got, def["limits.memory"])
 	}
 	if out := h.OK("info", "c1"); !strings.Contains(out, def["limits.memory"]+" (host default)") {
@@ -100,7 +76,7 @@ func TestDefaultLimitsFromHost(t *testing.T) {
 	}
 	// A value the user sets wins; unlimited lifts the default.
 	h.OK("config", "set", "c1", "limits.processes=unlimited")
-	if got := h.cgFile("c1", "pids", "pids.max"); got != "max" {
+	if got := h.CgroupFile("c1", "pids", "pids.max"); got != "max" {
 		t.Errorf("limits.processes=unlimited: pids.max = %s", got)
 	}
 	h.OK("delete", "--force", "c1")
@@ -119,19 +95,19 @@ func TestForkBomb(t *testing.T) {
 	// The kernel refuses forks at the default limit: pids.events counts
 	// them, and the cgroup never holds more tasks than the limit.
 	refused := func() bool {
-		ev := h.cgFile("bomb", "pids", "pids.events")
+		ev := h.CgroupFile("bomb", "pids", "pids.events")
 		return strings.HasPrefix(ev, "max ") && ev != "max 0"
 	}
 	eventually(t, "forks refused at the default pids limit", refused)
-	if n, _ := strconv.Atoi(h.cgFile("bomb", "pids", "pids.current")); n > limit {
+	if n, _ := strconv.Atoi(h.CgroupFile("bomb", "pids", "pids.current")); n > limit {
 		t.Errorf("pids.current = %d, beyond the default %d", n, limit)
 	}
-	if got := h.cgFile("bomb", "pids", "pids.max"); got != strconv.Itoa(limit) {
+	if got := h.CgroupFile("bomb", "pids", "pids.max"); got != strconv.Itoa(limit) {
 		t.Errorf("pids.max = %s, want the default %d", got, limit)
 	}
 	// The host is responsive: the API answers while the bomb runs.
 	h.OK("list")
-	if inst := h.instance("bomb"); inst.State == nil || inst.State.Processes == 0 || inst.State.Processes > limit {
+	if inst := h.Instance("bomb"); inst.State == nil || inst.State.Processes == 0 || inst.State.Processes > limit {
 		t.Errorf("info while the bomb runs: %+v", inst.State)
 	}
 	h.OK("stop", "--force", "bomb")
@@ -144,7 +120,7 @@ func TestForkBomb(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(pidsDir, "cgroup.procs")); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		t.Errorf("tasks left after the forced stop: %s", b)
 	}
-	if inst := h.instance("bomb"); inst.Status != api.StatusStopped {
+	if inst := h.Instance("bomb"); inst.Status != api.StatusStopped {
 		t.Errorf("after a forced stop: %s", inst.Status)
 	}
 	h.OK("delete", "bomb")
@@ -160,21 +136,11 @@ func TestMemoryHog(t *testing.T) {
 	if r.Code != 137 {
 		t.Errorf("allocation beyond the default ceiling: %s (want killed, exit 137)", r)
 	}
-	inst := h.instance("hog")
+	inst := h.Instance("hog")
 	if inst.Status != api.StatusRunning || inst.State == nil || inst.State.OOMKills < 1 || inst.State.MemoryLimit != 64<<20 {
 		t.Errorf("after the hog: status %s, state %+v; want running, OOM kills, limit 64MiB", inst.Status, inst.State)
 	}
 	h.OK("delete", "--force", "hog")
-}
-
-// instance returns `vessel info NAME --format json`.
-func (h *host) instance(name string) api.Instance {
-	h.t.Helper()
-	var inst api.Instance
-	if err := json.Unmarshal([]byte(h.OK("info", name, "--format", "json")), &inst); err != nil {
-		h.t.Fatal(err)
-	}
-	return inst
 }
 
 // unixClient is an HTTP client of the host's API socket.

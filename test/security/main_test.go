@@ -6,34 +6,16 @@
 package security
 
 import (
-	"flag"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/testhost"
+	"github.com/vesselhost/vessel/internal/testhost/suite"
 )
 
 // binDir holds the binaries built for this test run.
 var binDir string
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		// make unit: every test here runs daemons as root.
-		fmt.Println("skipped: security tests need root (make test)")
-		os.Exit(0)
-	}
-	dir, err := testhost.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { suite.Main(m, "security", &binDir) }
 
 // host is a test host with this package's helpers.
 type host struct {

@@ -33,7 +33,7 @@ func TestUnprivilegedByDefault(t *testing.T) {
 		if len(m) != 3 || m[0] != "0" || m[1] == "0" || m[2] != "65536" {
 			t.Fatalf("%s: uid_map %v, want 0 HOST 65536 with HOST not 0", name, m)
 		}
-		inst := h.instance(name)
+		inst := h.Instance(name)
 		if inst.Privileged || !strings.HasPrefix(inst.IDMap, m[1]+":") {
 			t.Fatalf("%s: info says privileged=%v idmap=%q, the container maps %v", name, inst.Privileged, inst.IDMap, m)
 		}
@@ -62,7 +62,7 @@ func TestUnprivilegedByDefault(t *testing.T) {
 func TestUnprivilegedRootIsNotHostRoot(t *testing.T) {
 	h := newHost(t)
 	h.OK("launch", "busybox", "c1")
-	addr := h.instance("c1").IPv4
+	addr := h.Instance("c1").IPv4
 	for _, attack := range []struct{ what, cmd string }{
 		{"make a block device of the host's disk", "mknod /tmp/disk b 7 0"},
 		{"write a kernel tunable", "echo 1 > /proc/sys/net/ipv4/ip_forward"},
@@ -97,7 +97,7 @@ func TestPrivilegedOptOut(t *testing.T) {
 	if m := uidMap(h, "p1"); len(m) != 3 || m[0] != "0" || m[1] != "0" {
 		t.Fatalf("privileged container maps %v, want the host's ids", m)
 	}
-	if inst := h.instance("p1"); !inst.Privileged || inst.IDMap != "" {
+	if inst := h.Instance("p1"); !inst.Privileged || inst.IDMap != "" {
 		t.Fatalf("info: privileged=%v idmap=%q", inst.Privileged, inst.IDMap)
 	}
 	h.Fails("must be", "config", "set", "p1", "security.privileged=maybe")
@@ -116,7 +116,7 @@ func TestPeerIDMapAndPrivilege(t *testing.T) {
 	hh := &host{Host: h, t: t}
 	h.OK("launch", "busybox", "mine")
 	var uid, gid, size uint32
-	if _, err := fmt.Sscanf(hh.instance("mine").IDMap, "%d:%d+%d", &uid, &gid, &size); err != nil {
+	if _, err := fmt.Sscanf(hh.Instance("mine").IDMap, "%d:%d+%d", &uid, &gid, &size); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
