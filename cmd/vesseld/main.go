@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/vesselhost/vessel/internal/daemon"
@@ -106,6 +107,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 			return run(cmd.Context(), cfg, log)
 		},
 	}
+	cmd.AddCommand(newHoldCmd())
 	f := cmd.Flags()
 	f.StringVar(&cfg.Root, "root", env("VESSEL_ROOT", cfg.Root), "state directory")
 	f.StringVar(&cfg.RunDir, "run-dir", env("VESSEL_RUN_DIR", cfg.RunDir), "runtime state directory")
@@ -220,12 +222,18 @@ func run(ctx context.Context, cfg daemon.Config, log *slog.Logger) error {
 	}
 	defer os.Remove(pidFile)
 	log.Info("vesseld ready", "socket", cfg.Socket, "root", cfg.Root, "took", time.Since(started).Round(time.Millisecond))
+	// Type=notify under systemd: units ordered after vesseld.service (and
+	// `systemctl start` itself) wait until the API answers.
+	if _, err := sddaemon.SdNotify(false, sddaemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify", "err", err)
+	}
 
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	log.Info("vesseld shutting down")
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)

@@ -34,11 +34,13 @@ type BlockDevice struct {
 // ControlPlane describes where vesseld runs: its own cgroup beside the
 // containers', with a CPU weight (v2 scale) against theirs.
 type ControlPlane struct {
-	// Cgroup is vesseld's control cgroup ("" when it stays where it was
-	// started, e.g. in a systemd slice that gives the weight).
+	// Cgroup is vesseld's cgroup: its control cgroup, or where it was
+	// started (e.g. vesseld.service in vessel-control.slice).
 	Cgroup string `json:"cgroup,omitempty"`
-	// CPUWeight is the control cgroup's CPU weight; ContainersCPUWeight
-	// that of the containers' parent cgroup.
+	// CPUWeight is the control cgroup's CPU weight (when vesseld stays
+	// where it was started: that of the top-level cgroup it is under,
+	// e.g. the slice's); ContainersCPUWeight likewise for the
+	// containers' parent cgroup.
 	CPUWeight           uint64 `json:"cpu_weight,omitempty"`
 	ContainersCgroup    string `json:"containers_cgroup"`
 	ContainersCPUWeight uint64 `json:"containers_cpu_weight,omitempty"`

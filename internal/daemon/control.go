@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"os"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
@@ -31,11 +32,15 @@ func (d *Daemon) controlCPUWeight() uint64 {
 // enterControlCgroup creates the control cgroup, sets its weight and moves
 // vesseld into it. The containers' parent gets the default weight.
 func (d *Daemon) enterControlCgroup() error {
+	if d.cfg.ControlCgroup == NoControlCgroup {
+		// Whoever placed vesseld owns both weights: under systemd,
+		// vessel-control.slice and vessel.slice (the containers' parent
+		// is then a delegated unit's cgroup, whose own files are
+		// systemd's).
+		return nil
+	}
 	if err := d.cgParent.Set(cgroups.Resources{}); err != nil {
 		return err
-	}
-	if d.cfg.ControlCgroup == NoControlCgroup {
-		return nil
 	}
 	cg, err := cgroups.New(d.cfg.ControlCgroup, cgroups.Controllers("cpu", "cpuacct"))
 	if err != nil {
@@ -71,12 +76,25 @@ func (d *Daemon) leaveControlCgroup() error {
 	return err
 }
 
-// controlPlane describes the control cgroup for host info.
+// controlPlane describes the control cgroup for host info. When vesseld
+// stays where it was started (under systemd: vesseld.service in
+// vessel-control.slice), it reports that cgroup and the weights the
+// top-level cgroups have (the slices'), read from the kernel.
 func (d *Daemon) controlPlane() api.ControlPlane {
 	out := api.ControlPlane{ContainersCgroup: d.cfg.CgroupParent, ContainersCPUWeight: cgroups.DefaultCPUWeight}
 	if d.control != nil {
 		out.Cgroup = d.control.Path()
 		out.CPUWeight = d.controlCPUWeight()
+		return out
+	}
+	if own, err := cgroups.ProcessCgroup(os.Getpid(), "cpu"); err == nil && own != "/" {
+		out.Cgroup = own
+		if _, w, err := cgroups.TopLevelCPUWeight(own); err == nil {
+			out.CPUWeight = w
+		}
+	}
+	if _, w, err := cgroups.TopLevelCPUWeight(d.cfg.CgroupParent); err == nil {
+		out.ContainersCPUWeight = w
 	}
 	return out
 }

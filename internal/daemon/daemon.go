@@ -150,6 +150,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.cgParent.Create(); err != nil {
 		return nil, err
 	}
+	if err := cgroups.CheckNoInternalProcesses(cfg.CgroupParent); err != nil {
+		return nil, err
+	}
 	if cfg.FavorDynMods {
 		d.favorDynMods()
 	}
@@ -288,6 +291,16 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// systemdUnitCgroup reports whether a cgroup path names a systemd unit's
+// cgroup (a .service, .scope or .slice).
+func systemdUnitCgroup(path string) bool {
+	switch filepath.Ext(path) {
+	case ".service", ".scope", ".slice":
+		return true
+	}
+	return false
+}
+
 // releaseHost undoes New's host setup; only when no container runs.
 func (d *Daemon) releaseHost(ctx context.Context) error {
 	var errs []error
@@ -298,8 +311,12 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 	if err := d.net.Teardown(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.cgParent.Destroy(); err != nil {
-		errs = append(errs, err)
+	// A systemd unit's cgroup (vessel-instances.service) is systemd's to
+	// remove; vesseld only empties it.
+	if !systemdUnitCgroup(d.cfg.CgroupParent) {
+		if err := d.cgParent.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
 		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate")} {
