@@ -40,13 +40,23 @@ func Build() (string, error) {
 	if os.Geteuid() != 0 {
 		return "", errors.New("vessel test hosts must run as root")
 	}
-	mod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "vessel-bin-")
 	if err != nil {
 		return "", err
+	}
+	if _, ok, _ := Prebuilt("vesseld"); ok {
+		for _, name := range []string{"vessel", "vesseld", "vessel-shim"} {
+			if _, err := copyPrebuilt(name, filepath.Join(dir, name)); err != nil {
+				os.RemoveAll(dir)
+				return "", err
+			}
+		}
+		return dir, nil
+	}
+	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 	build.Dir = filepath.Dir(strings.TrimSpace(string(mod)))

@@ -72,6 +72,9 @@ func BuildNetprobe(dst string) error { return buildStatic("netprobe", netprobeSo
 
 // buildStatic compiles a C program (gcc -static) into the file dst.
 func buildStatic(name, source, dst string) error {
+	if ok, err := copyPrebuilt(name, dst); ok {
+		return err
+	}
 	dir, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		return err

@@ -34,7 +34,12 @@ func TestPostCopyPagesUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dialDir) })
 	dial := filepath.Join(dialDir, "dial")
-	if out, err := exec.Command("go", "build", "-o", dial, "./testdata/dial").CombinedOutput(); err != nil {
+	if pre, ok, err := testhost.Prebuilt("dial"); ok {
+		if err != nil {
+			t.Fatal(err)
+		}
+		dial = pre
+	} else if out, err := exec.Command("go", "build", "-o", dial, "./testdata/dial").CombinedOutput(); err != nil {
 		t.Fatalf("build the dialer: %v\n%s", err, out)
 	}
 	if err := os.Chmod(dialDir, 0o755); err != nil {
