@@ -27,6 +27,9 @@ import (
 	"github.com/vesselhost/vessel/internal/server"
 )
 
+// version is set by the build (make build: -X main.version=...).
+var version = "dev"
+
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vesseld:", err)
@@ -72,6 +75,7 @@ Several daemons can run side by side when each has its own --root, --run-dir,
 --socket, --bridge, --subnet and --cgroup-parent (tests and test hosts do).
 Every flag can also be set with an environment variable VESSEL_<FLAG>
 (e.g. VESSEL_ROOT).`,
+		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
