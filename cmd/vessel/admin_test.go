@@ -26,7 +26,7 @@ func TestHostConfigValidate(t *testing.T) {
 		{"device", ok(func(c *hostConfig) { c.StorageDevice = "/dev/vdb" }), ""},
 		{"relative device", ok(func(c *hostConfig) { c.StorageDevice = "vdb" }), "absolute path"},
 		{"unclean device", ok(func(c *hostConfig) { c.StorageDevice = "/dev/../dev/vdb" }), "absolute path"},
-		{"device and size", ok(func(c *hostConfig) { c.StorageDevice, c.StorageSize = "/dev/vdb", 30 << 30 }), "pool file"},
+		{"device and size", ok(func(c *hostConfig) { c.StorageDevice, c.StorageSize = "/dev/vdb", 30<<30 }), "pool file"},
 		{"small pool", ok(func(c *hostConfig) { c.StorageSize = 100 << 20 }), "at least 1GiB"},
 		{"long bridge", ok(func(c *hostConfig) { c.Bridge = "abcdefghijklmnop" }), "1 to 15"},
 		{"bridge with space", ok(func(c *hostConfig) { c.Bridge = "br 0" }), "spaces"},
