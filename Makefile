@@ -7,19 +7,27 @@ TOOLS   := $(BIN)/tools
 # golangci-lint, pinned; installed into bin/tools by `make lint`.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# nfpm, pinned; installed into bin/tools by `make deb` (not in go.mod).
+# v2.46 and later need modules (go.digitalxero.dev) the module proxy
+# does not serve.
+NFPM_VERSION := v2.45.2
+NFPM := $(TOOLS)/nfpm-$(NFPM_VERSION)
 # CRIU is built into /usr/local/sbin by setup.
 export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
 
-.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean
+.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean deb
 
 all: build
 
 setup:
 	@scripts/setup.sh
 
+# The version vessel --version and vesseld --version print: the package's.
+VERSION ?= $(shell packaging/deb/version.sh 2>/dev/null || echo dev)
+
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./cmd/...
 
 vet:
 	$(GO) vet ./...
@@ -32,6 +40,27 @@ $(GOLANGCI_LINT):
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(TOOLS)/golangci-lint $@
+
+$(NFPM):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+	mv $(TOOLS)/nfpm $@
+
+# The host package, bin/vessel_<version>_amd64.deb (see ARCHITECTURE.md, "The
+# package"): the binaries, setup's runc and CRIU, the systemd units, the
+# sysctl drop-in, and man pages and bash completion generated from the
+# commands (by their TestDocs) into bin/deb-stage.
+DEB_STAGE := $(BIN)/deb-stage
+deb: setup build $(NFPM)
+	rm -rf $(DEB_STAGE) && mkdir -p $(DEB_STAGE)
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) VESSEL_DOCS_DIR=$(DEB_STAGE) \
+		$(GO) test -count=1 -run '^TestDocs$$' ./cmd/vessel ./cmd/vesseld
+	rm -f $(BIN)/vessel_*_amd64.deb
+	VESSEL_DEB_VERSION=$(VERSION) VESSEL_DEB_STAGE=$(DEB_STAGE) \
+		VESSEL_DEB_MAINTAINER="vessel developers <vessel@vesselhost.invalid>" \
+		VESSEL_RUNC=/usr/local/lib/vessel/runc VESSEL_CRIU=/usr/local/sbin/criu \
+		$(NFPM) package --config packaging/deb/nfpm.yaml --packager deb \
+		--target $(BIN)/vessel_$(VERSION)_amd64.deb
 
 # go.mod and go.sum must be what `go mod tidy` makes them.
 tidy:

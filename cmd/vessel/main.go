@@ -14,6 +14,9 @@ import (
 	"github.com/vesselhost/vessel/internal/client"
 )
 
+// version is set by the build (make build: -X main.version=...).
+var version = "dev"
+
 // exitError carries a command's exit code out of cobra (exec).
 type exitError struct{ code int }
 
@@ -57,6 +60,7 @@ func newRootCmd() *cobra.Command {
 local host's vesseld and, with remotes, on other hosts.
 
 Every NAME may be written REMOTE:NAME to act on another host.`,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -67,7 +71,7 @@ Every NAME may be written REMOTE:NAME to act on another host.`,
 		newDeleteCmd(g), newListCmd(g), newInfoCmd(g), newExecCmd(g),
 		newConsoleCmd(g), newImageCmd(g), newStorageCmd(g), newOperationCmd(g),
 		newRemoteCmd(g), newTrustCmd(g), newPeerCmd(g), newMoveCmd(g),
-		newSnapshotCmd(g), newCopyCmd(g), newConfigCmd(g),
+		newSnapshotCmd(g), newCopyCmd(g), newConfigCmd(g), newAdminCmd(g),
 	)
 	return root
 }

@@ -27,6 +27,9 @@ import (
 	"github.com/vesselhost/vessel/internal/server"
 )
 
+// version is set by the build (make build: -X main.version=...).
+var version = "dev"
+
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vesseld:", err)
@@ -72,6 +75,7 @@ Several daemons can run side by side when each has its own --root, --run-dir,
 --socket, --bridge, --subnet and --cgroup-parent (tests and test hosts do).
 Every flag can also be set with an environment variable VESSEL_<FLAG>
 (e.g. VESSEL_ROOT).`,
+		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -115,7 +119,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Name, "name", env("VESSEL_NAME", cfg.Name), "this host's name")
 	f.StringVar(&cfg.StorageDriver, "storage-driver", env("VESSEL_STORAGE_DRIVER", cfg.StorageDriver), "storage driver: btrfs or dir")
 	f.StringVar(&cfg.StorageSource, "storage-source", env("VESSEL_STORAGE_SOURCE", ""), "existing btrfs directory to use instead of a loop-backed pool file")
-	f.Int64Var(&storageSize, "storage-size", cfg.StorageSize>>20, "size of a new loop-backed pool file, MiB")
+	f.StringVar(&cfg.StorageDevice, "storage-device", env("VESSEL_STORAGE_DEVICE", ""), "block device with a btrfs filesystem to mount as the pool instead of a loop-backed pool file")
+	f.Int64Var(&storageSize, "storage-size", int64(envUint("VESSEL_STORAGE_SIZE", uint64(cfg.StorageSize>>20))), "size of a new loop-backed pool file, MiB")
 	f.Int64Var(&imageMaxSize, "image-max-size", int64(envUint("VESSEL_IMAGE_MAX_SIZE", image.DefaultMaxSize>>20)), "largest image accepted, once decompressed, MiB (an import beyond it fails with 413)")
 	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")
 	f.StringVar(&subnet, "subnet", env("VESSEL_SUBNET", cfg.Subnet.String()), "containers' IPv4 subnet")
@@ -132,11 +137,11 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.Uint64Var(&cfg.ControlCPUWeight, "control-cpu-weight", envUint("VESSEL_CONTROL_CPU_WEIGHT", cfg.ControlCPUWeight), "CPU weight of the control cgroup, 1..10000 against the containers' 100 (0: off, the same 100)")
 	f.BoolVar(&cfg.FavorDynMods, "cgroup-favordynmods", envBool("VESSEL_CGROUP_FAVORDYNMODS", cfg.FavorDynMods), "turn on the host's cgroup2 favordynmods option: task moves between cgroups (start, exec, restore) skip an RCU grace period, fork and exit cost a little more")
 	f.StringVar(&cfg.Runc, "runc", env("VESSEL_RUNC", ""), "runc binary (default: /usr/lib/vessel/runc, /usr/local/lib/vessel/runc, then PATH)")
-	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: from PATH)")
+	f.StringVar(&cfg.Criu, "criu", env("VESSEL_CRIU", ""), "criu binary (default: /usr/lib/vessel/criu, then PATH)")
 	f.StringVar(&cfg.Subuid, "subuid", env("VESSEL_SUBUID", ""), "subordinate uid file unprivileged containers take root's ids from (default /etc/subuid)")
 	f.StringVar(&cfg.Subgid, "subgid", env("VESSEL_SUBGID", ""), "subordinate gid file (default /etc/subgid)")
 	f.BoolVar(&cfg.AcceptPrivileged, "accept-privileged", false, "let peers move privileged containers (security.privileged=true) in: each is root on this host")
-	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, then PATH)")
+	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, /usr/lib/vessel/vessel-shim, then PATH)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.StringArrayVar(&defaultLimits, "default-limit", splitEnv("VESSEL_DEFAULT_LIMITS"), `a limit for containers that set none, KEY=VALUE (repeatable): e.g. limits.memory=2GiB, limits.processes=unlimited (default: limits.processes and limits.memory derived from the host, see 'vessel info')`)
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")

@@ -33,6 +33,10 @@ type Config struct {
 	// StorageSource is an existing btrfs directory to use instead of a
 	// loop-backed pool file.
 	StorageSource string
+	// StorageDevice is a block device holding a btrfs filesystem that is
+	// mounted as the pool instead of a loop-backed pool file (`vessel
+	// admin init --storage-device` formats one).
+	StorageDevice string
 	// StorageSize is the size of a new loop-backed pool file in bytes.
 	StorageSize int64
 	// ImageMaxSize bounds an image once decompressed, in bytes (0:
@@ -220,6 +224,12 @@ func (c *Config) fill() error {
 	}
 	if c.StorageDriver == "" {
 		c.StorageDriver = def.StorageDriver
+	}
+	if c.StorageSource != "" && c.StorageDevice != "" {
+		return errorf(ErrInvalid, "storage source %q and storage device %q are exclusive", c.StorageSource, c.StorageDevice)
+	}
+	if c.StorageDevice != "" && c.StorageDriver != "btrfs" {
+		return errorf(ErrInvalid, "storage device %q needs the btrfs driver, not %q", c.StorageDevice, c.StorageDriver)
 	}
 	if c.StorageSize == 0 {
 		c.StorageSize = def.StorageSize

@@ -240,7 +240,7 @@ func (d *Daemon) openStorage(ctx context.Context) error {
 	mk := func(driver string) (storage.Driver, error) {
 		drv, err := storage.New(storage.Config{
 			Driver: driver, Root: d.cfg.poolRoot(), Source: d.cfg.StorageSource,
-			LoopFile: d.cfg.poolFile(), Size: d.cfg.StorageSize,
+			Device: d.cfg.StorageDevice, LoopFile: d.cfg.poolFile(), Size: d.cfg.StorageSize,
 		})
 		if err != nil {
 			return nil, err
@@ -248,7 +248,8 @@ func (d *Daemon) openStorage(ctx context.Context) error {
 		return drv, drv.Mount(ctx)
 	}
 	drv, err := mk(d.cfg.StorageDriver)
-	if errors.Is(err, storage.ErrNotSupported) && d.cfg.StorageDriver == "btrfs" && d.cfg.StorageSource == "" {
+	if errors.Is(err, storage.ErrNotSupported) && d.cfg.StorageDriver == "btrfs" &&
+		d.cfg.StorageSource == "" && d.cfg.StorageDevice == "" {
 		d.log.Warn("btrfs unavailable, falling back to the dir storage driver", "err", err)
 		drv, err = mk("dir")
 	}

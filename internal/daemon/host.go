@@ -61,7 +61,7 @@ func (d *Daemon) criu() string {
 	if d.cfg.Criu != "" {
 		return d.cfg.Criu
 	}
-	return "criu"
+	return runtime.DefaultCriuPath()
 }
 
 // runTool runs a version/check command and returns its combined output, or

@@ -168,7 +168,7 @@ func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
 	if o.LeaveRunning {
 		actions = append(actions, gorunc.LeaveRunning)
 	}
-	if err := r.criuRunc().Checkpoint(context.Background(), id, opts, actions...); err != nil {
+	if err := r.criuRunc().Checkpoint(r.criuEnv(context.Background()), id, opts, actions...); err != nil {
 		err = runcError("checkpoint", id, err, ErrCheckpoint)
 		return fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(o.WorkPath, "dump.log")))
 	}
@@ -176,12 +176,29 @@ func (r *Runtime) runcCheckpoint(id string, o CheckpointOptions) error {
 }
 
 // criuRunc is our runc client for checkpoints. runc 1.2 and later have no
-// --criu flag: they run the "criu" of their PATH, the daemon's, where
-// Criu was found unless configured elsewhere (the shim puts Criu's
-// directory first for restores).
+// --criu flag: they run the "criu" of their PATH (see criuEnv; the shim
+// puts Criu's directory first for restores).
 func (r *Runtime) criuRunc() *gorunc.Runc {
 	rc := *r.runc
 	return &rc
+}
+
+// criuEnv returns ctx with the PATH runc is given: Criu's directory first,
+// so runc runs our criu (e.g. /usr/lib/vessel/criu, which is in no PATH)
+// and not a distribution's.
+func (r *Runtime) criuEnv(ctx context.Context) context.Context {
+	return gorunc.WithExtraEnv(ctx, "PATH="+criuPath(r.cfg.Criu, os.Getenv("PATH")))
+}
+
+// criuPath returns path with criu's directory put first.
+func criuPath(criu, path string) string {
+	if criu == "" {
+		return path
+	}
+	if path == "" {
+		return filepath.Dir(criu)
+	}
+	return filepath.Dir(criu) + string(os.PathListSeparator) + path
 }
 
 // criuTailLines is how many last lines of a CRIU log an error quotes.

@@ -23,11 +23,12 @@ type Config struct {
 	// unprivileged container's user namespace before its network namespace,
 	// which the host owns, so exec fails.
 	Runc string
-	// Criu is the criu binary for checkpoint and restore (default: "criu"
-	// in PATH; without it Checkpoint and Restore fail with ErrNoCRIU).
+	// Criu is the criu binary for checkpoint and restore (default: the
+	// first of DefaultCriu that exists; without one Checkpoint and Restore
+	// fail with ErrNoCRIU).
 	Criu string
-	// Shim is the vessel-shim binary (default: next to os.Executable(),
-	// then PATH).
+	// Shim is the vessel-shim binary (default: the first of DefaultShim
+	// that exists: next to os.Executable(), the package's, then PATH).
 	Shim string
 	// Root is runc's --root, one per daemon, e.g. /run/vessel/runc.
 	// Required.
@@ -97,7 +98,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	if cfg.Shim == "" {
-		cfg.Shim = shimNextToExecutable()
+		cfg.Shim = DefaultShimPath()
 	}
 	if cfg.Shim, err = lookTool(cfg.Shim, "vessel-shim"); err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	} else {
-		cfg.Criu, _ = exec.LookPath("criu") // optional
+		cfg.Criu, _ = lookTool(DefaultCriuPath(), "criu") // optional
 	}
 	return &Runtime{
 		cfg:  cfg,
@@ -132,26 +133,48 @@ func lookTool(path, def string) (string, error) {
 // copy, setup.sh's build, then PATH.
 var DefaultRunc = []string{"/usr/lib/vessel/runc", "/usr/local/lib/vessel/runc", "runc"}
 
+// DefaultCriu lists where vessel looks for criu, in order: its package's
+// copy of vessel's patched CRIU (beside a distribution's criu, which it
+// does not replace), then PATH (setup.sh installs into /usr/local/sbin).
+var DefaultCriu = []string{"/usr/lib/vessel/criu", "criu"}
+
+// DefaultShim lists where vessel looks for vessel-shim after the directory
+// of the running executable (a build tree's bin/): its package's copy,
+// then PATH.
+var DefaultShim = []string{"/usr/lib/vessel/vessel-shim", "vessel-shim"}
+
 // DefaultRuncPath is the runc vessel uses when none is configured.
-func DefaultRuncPath() string {
-	for _, p := range DefaultRunc[:len(DefaultRunc)-1] {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+func DefaultRuncPath() string { return firstFile(DefaultRunc) }
+
+// DefaultCriuPath is the criu vessel uses when none is configured.
+func DefaultCriuPath() string { return firstFile(DefaultCriu) }
+
+// DefaultShimPath is the vessel-shim vessel uses when none is configured:
+// the one next to the running executable, else the first of DefaultShim.
+func DefaultShimPath() string {
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "vessel-shim"); isExecutable(p) {
 			return p
 		}
 	}
-	return DefaultRunc[len(DefaultRunc)-1]
+	return firstFile(DefaultShim)
 }
 
-func shimNextToExecutable() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
+// firstFile returns the first of paths (all but the last absolute) that is
+// a regular file, else the last, a name to look up in PATH.
+func firstFile(paths []string) string {
+	for _, p := range paths[:len(paths)-1] {
+		if isExecutable(p) {
+			return p
+		}
 	}
-	p := filepath.Join(filepath.Dir(exe), "vessel-shim")
-	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return p
-	}
-	return ""
+	return paths[len(paths)-1]
+}
+
+// isExecutable reports whether path is a regular file with an execute bit.
+func isExecutable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 // idPattern is runc's rule for container ids.

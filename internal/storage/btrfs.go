@@ -16,16 +16,18 @@ const defaultPoolSize = 10 << 30
 // btrfsDriver keeps every volume as a btrfs subvolume, so clones are
 // constant-time copy-on-write snapshots. The pool is either a btrfs
 // filesystem on a loop-mounted image file that the driver creates and
-// mounts (Config.Source empty), or a directory on an existing btrfs
-// filesystem (Config.Source) that the driver uses as it is.
+// mounts (Config.Source and Config.Device empty), a btrfs filesystem on a
+// block device that the driver mounts (Config.Device), or a directory on an
+// existing btrfs filesystem (Config.Source) that the driver uses as it is.
 //
 // Pool mount and unmount are the caller's to serialize; volume operations on
 // different volumes may run concurrently.
 type btrfsDriver struct {
 	tool     btrfsTool
 	root     string // pool root: Config.Root, or Config.Source
-	source   string // Config.Source; "" for a loop-backed pool
-	loopFile string // Config.LoopFile, when source is ""
+	source   string // Config.Source; "" for a loop-backed or device pool
+	device   string // Config.Device; "" for a loop-backed or source pool
+	loopFile string // Config.LoopFile, when source and device are ""
 	size     int64  // size of a new loop image
 }
 
@@ -33,6 +35,9 @@ type btrfsDriver struct {
 func newBtrfs(cfg Config) (Driver, error) {
 	d := &btrfsDriver{tool: newBtrfsTool(), size: cfg.Size}
 	var err error
+	if cfg.Source != "" && cfg.Device != "" {
+		return nil, fmt.Errorf("btrfs Source and Device are exclusive: %w", ErrInvalidConfig)
+	}
 	if cfg.Source != "" {
 		// An existing btrfs directory is the pool itself; Root is unused.
 		if d.source, err = cleanAbs("btrfs Source", cfg.Source); err != nil {
@@ -43,6 +48,12 @@ func newBtrfs(cfg Config) (Driver, error) {
 	}
 	if d.root, err = cleanAbs("btrfs Root", cfg.Root); err != nil {
 		return nil, err
+	}
+	if cfg.Device != "" {
+		if d.device, err = cleanAbs("btrfs Device", cfg.Device); err != nil {
+			return nil, err
+		}
+		return d, nil
 	}
 	if d.loopFile, err = cleanAbs("btrfs LoopFile", cfg.LoopFile); err != nil {
 		return nil, err

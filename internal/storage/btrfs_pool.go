@@ -36,7 +36,8 @@ const (
 )
 
 // Mount implements Driver. A Source pool is only checked (it must be on
-// btrfs) and given its layout. A loop-backed pool's image is created
+// btrfs) and given its layout. A Device pool's device is mounted at Root
+// (unless it is mounted there already). A loop-backed pool's image is created
 // (sparse) and formatted on first use; then, unless Root already has it
 // mounted, the image is bound to a loop device with autoclear (or the loop
 // device already bound to it is reused) and mounted at Root.
@@ -48,6 +49,12 @@ func (d *btrfsDriver) Mount(ctx context.Context) error {
 		if err := d.checkMounted(); errors.Is(err, ErrNotMounted) {
 			return fmt.Errorf("btrfs Source %s is not a directory on btrfs: %w", d.source, ErrInvalidConfig)
 		} else if err != nil {
+			return err
+		}
+		return makeLayout(d.root)
+	}
+	if d.device != "" {
+		if err := d.mountDevice(); err != nil {
 			return err
 		}
 		return makeLayout(d.root)
@@ -181,6 +188,29 @@ func (d *btrfsDriver) mountImage() error {
 	return nil
 }
 
+// mountDevice mounts the pool's block device at Root unless it is mounted
+// there, with the loop-backed pool's options. The device must hold btrfs
+// already: the kernel refuses anything else, and nothing here formats.
+func (d *btrfsDriver) mountDevice() error {
+	if err := os.MkdirAll(d.root, layoutMode); err != nil {
+		return fmt.Errorf("mount pool: %w", err)
+	}
+	m, ours, err := d.rootMount()
+	if err != nil {
+		return err
+	}
+	if ours {
+		return remountFlags(d.root, m, btrfsMountFlags)
+	}
+	if m != nil {
+		return fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
+	}
+	if err := unix.Mount(d.device, d.root, "btrfs", btrfsMountFlags, btrfsMountData); err != nil {
+		return fmt.Errorf("mount pool device %s at %s: %w", d.device, d.root, err)
+	}
+	return nil
+}
+
 // remountFlags gives the mount m at root the per-mount flags (noatime,
 // nosuid, nodev) if it lacks one: a pool mounted by an older version
 // gets them at the next daemon start. Only this mount changes, not the
@@ -225,7 +255,8 @@ func (d *btrfsDriver) loopDevice() (*loopDevice, error) {
 }
 
 // rootMount returns the mount at Root (the topmost, if several are stacked)
-// or nil, and whether it is the pool image's filesystem.
+// or nil, and whether it is the pool's filesystem: the pool device's, or
+// the pool image's.
 func (d *btrfsDriver) rootMount() (*mountinfo.Info, bool, error) {
 	root, err := filepath.EvalSymlinks(d.root)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -242,7 +273,14 @@ func (d *btrfsDriver) rootMount() (*mountinfo.Info, bool, error) {
 		return nil, false, nil
 	}
 	m := mounts[len(mounts)-1]
-	if m.FSType != "btrfs" || !strings.HasPrefix(m.Source, "/dev/loop") {
+	if m.FSType != "btrfs" {
+		return m, false, nil
+	}
+	if d.device != "" {
+		ours, err := isMember(d.device, root)
+		return m, ours, err
+	}
+	if !strings.HasPrefix(m.Source, "/dev/loop") {
 		return m, false, nil
 	}
 	backing, bound, err := loopBackingFile(filepath.Base(m.Source))
@@ -250,6 +288,25 @@ func (d *btrfsDriver) rootMount() (*mountinfo.Info, bool, error) {
 		return m, false, err
 	}
 	return m, sameFile(backing, d.loopFile), nil
+}
+
+// isMember reports whether the block device dev is a member of the btrfs
+// filesystem mounted at mnt. (mountinfo cannot tell: btrfs reports an
+// anonymous device number there, and its source is whatever path the
+// device was first scanned under.)
+func isMember(dev, mnt string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return false, fmt.Errorf("pool device: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return false, fmt.Errorf("pool device %s is not a block device: %w", dev, ErrInvalidConfig)
+	}
+	members, err := btrfsMembers(mnt)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(members, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))), nil
 }
 
 // sameFile reports whether paths a and b name the same existing file.
@@ -262,7 +319,8 @@ func sameFile(a, b string) bool {
 	return err == nil && os.SameFile(sa, sb)
 }
 
-// Unmount implements Driver. A Source pool is left alone. A loop-backed
+// Unmount implements Driver. A Source pool is left alone. A Device pool is
+// unmounted from Root if it is mounted there. A loop-backed
 // pool is unmounted from Root if it is mounted there (a foreign mount at
 // Root is left alone); autoclear then detaches its loop device, and any loop
 // device still bound to the image afterwards is detached explicitly.
@@ -278,6 +336,9 @@ func (d *btrfsDriver) Unmount(ctx context.Context) error {
 		if err := unix.Unmount(d.root, 0); err != nil {
 			return fmt.Errorf("unmount pool %s: %w", d.root, err)
 		}
+	}
+	if d.device != "" {
+		return nil
 	}
 	return d.releaseLoops(ctx)
 }

@@ -101,8 +101,14 @@ type Config struct {
 	// filesystem to use as-is (nothing is mounted then, and Source, not
 	// Root, is the pool root).
 	Source string
-	// LoopFile is where the loop-backed pool image lives when Source is empty.
+	// LoopFile is where the loop-backed pool image lives when Source and
+	// Device are empty.
 	LoopFile string
+	// Device, for btrfs, is a block device holding a btrfs filesystem to
+	// mount at Root instead of a loop-backed image (e.g.
+	// /dev/disk/by-uuid/UUID). The driver never formats it: `vessel admin
+	// init --storage-device` does, once.
+	Device string
 	// Size is the size of a new loop-backed pool image in bytes.
 	Size int64
 }

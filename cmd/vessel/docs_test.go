@@ -1,0 +1,11 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/vesselhost/vessel/packaging/gendocs"
+)
+
+// TestDocs generates vessel's man pages and bash completion (into
+// $VESSEL_DOCS_DIR for `make deb`) and checks them.
+func TestDocs(t *testing.T) { gendocs.Test(t, newRootCmd()) }
