@@ -75,7 +75,7 @@ func testInstall(t *testing.T, vm1, vm2 guest) {
 		if ip == "" {
 			t.Fatalf("%s: no lab address", g.name)
 		}
-		g.ok("vessel admin init --auto --storage-device /dev/vdb --listen " + ip + ":8443")
+		g.ok("vessel admin init --auto --force --storage-device /dev/vdb --listen " + ip + ":8443")
 		g.ok("systemctl is-active vesseld.service vessel-instances.service")
 		pid := g.ok("systemctl show -P MainPID vesseld.service")
 		if cg := g.ok("cat /proc/" + pid + "/cgroup"); cg != "0::/vessel-control.slice/vesseld.service" {
