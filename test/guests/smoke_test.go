@@ -229,9 +229,10 @@ func testStatefulSnapshot(t *testing.T, vm1, _ guest) {
 func testRestart(t *testing.T, vm1, _ guest) {
 	vm1.ok("vessel launch busybox keep")
 	defer vm1.ok("vessel delete --force keep")
-	pid := vm1.ok("vessel info keep -f csv | awk -F, '$1 == "PID" {print $2}'")
+	const initPid = `vessel info keep -f csv | awk -F, '$1 == "PID" {print $2}'`
+	pid := vm1.ok(initPid)
 	vm1.ok("systemctl restart vesseld.service")
-	if got := vm1.ok("vessel info keep -f csv | awk -F, '$1 == "PID" {print $2}'"); got != pid || pid == "" {
+	if got := vm1.ok(initPid); got != pid || pid == "" {
 		t.Errorf("init pid %q after systemctl restart, was %q", got, pid)
 	}
 	if st := vm1.ok("vessel list -f csv | grep ^keep,"); !strings.Contains(st, ",Running,") {
