@@ -73,7 +73,7 @@ detect_os() {
 	local id="" codename="" pretty=""
 	if [ -r /etc/os-release ]; then
 		# shellcheck disable=SC1091
-		IFS='|' read -r id codename pretty < <(. /etc/os-release && echo "${ID:-}|${VERSION_CODENAME:-}|${PRETTY_NAME:-}")
+		IFS='|' read -r id codename pretty < <(. /etc/os-release && echo "${ID:-}|${VERSION_CODENAME:-}|${PRETTY_NAME:-}") || true
 	fi
 	OS_CODENAME=$codename
 	case "$id:$codename" in
@@ -119,6 +119,11 @@ go_self_version() {
 	(cd / && GOTOOLCHAIN=local "$GO" version) | awk '{sub(/^go/, "", $3); print $3}'
 }
 
+# go_env VAR: a go setting, asked outside the module (no toolchain switch).
+go_env() {
+	(cd / && "$GO" env "$1")
+}
+
 # check_go makes sure a go command builds vessel (and runc): one of the
 # version go.mod names, or 1.21+ that fetches that toolchain by itself
 # (GOTOOLCHAIN=auto, the default: Debian's golang and go.dev's tarball
@@ -151,17 +156,17 @@ check_go() {
 	# names, downloading it on first use.
 	if ! used=$(cd "$REPO" && "$GO" env GOVERSION); then
 		die "$(command -v "$GO") (Go $have) could not fetch Go $need, which vessel's go.mod needs (above)." \
-			"It downloads golang.org/toolchain from the Go module proxy ($("$GO" env GOPROXY)): check the network, or install Go $need from https://go.dev/dl/."
+			"It downloads golang.org/toolchain from the Go module proxy ($(go_env GOPROXY)): check the network, or install Go $need from https://go.dev/dl/."
 	fi
 	used=${used#go}
 	if ! ver_ge "$used" "$need"; then
-		die "$(command -v "$GO") is Go $have and does not switch to Go $need, which vessel's go.mod needs: GOTOOLCHAIN is $("$GO" env GOTOOLCHAIN)." \
+		die "$(command -v "$GO") is Go $have and does not switch to Go $need, which vessel's go.mod needs: GOTOOLCHAIN is $(go_env GOTOOLCHAIN)." \
 			"Let it fetch Go $need (GOTOOLCHAIN=auto: unset it in the environment, go env -w GOTOOLCHAIN=auto) or install Go $need from https://go.dev/dl/."
 	fi
 	if [ "$used" = "$have" ]; then
 		log "go $have"
 	else
-		log "go $have, using Go $used for vessel (GOTOOLCHAIN=$("$GO" env GOTOOLCHAIN))"
+		log "go $have, using Go $used for vessel (GOTOOLCHAIN=$(go_env GOTOOLCHAIN))"
 	fi
 }
 
