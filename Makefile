@@ -12,15 +12,16 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # does not serve.
 NFPM_VERSION := v2.45.2
 NFPM := $(TOOLS)/nfpm-$(NFPM_VERSION)
-# CRIU is built into /usr/local/sbin by setup.
-export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
+# CRIU is built into /usr/local/sbin by setup; Go from go.dev sits in
+# /usr/local/go/bin (searched last: a go in PATH wins).
+export PATH := /usr/local/sbin:/usr/local/bin:$(PATH):/usr/local/go/bin
 
 .PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean deb
 
 all: build
 
 setup:
-	@scripts/setup.sh
+	@GO=$(GO) scripts/setup.sh
 
 # The version vessel --version and vesseld --version print: the package's.
 VERSION ?= $(shell packaging/deb/version.sh 2>/dev/null || echo dev)

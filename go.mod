@@ -2,6 +2,8 @@ module github.com/vesselhost/vessel
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/containerd/go-runc v1.2.1

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# setup.sh — installs everything vessel needs on a Debian 12 host, idempotently.
+# setup.sh — installs everything vessel needs on a Debian 12 (bookworm) or
+# Debian 13 (trixie) host, idempotently.
 #
 #   * Debian packages: runc, btrfs-progs, busybox-static, iptables, iproute2, fio,
-#     debootstrap and CRIU's build dependencies.
+#     debootstrap and CRIU's build dependencies (the same names on both).
+#   * Go: vessel's go.mod names the version it needs. A go command of 1.21 or
+#     later fetches that toolchain itself (GOTOOLCHAIN=auto, from the Go module
+#     proxy). With no go at all, the distribution's golang-go is installed when
+#     it is 1.21+ (trixie: 1.24); bookworm's 1.19 is too old, so a Debian 12
+#     host needs Go from https://go.dev/dl/ (setup says so and stops).
 #   * CRIU 4.1.1 built from Debian's source tarball into /usr/local (Debian 12's
 #     criu 3.17 fails on current kernels: vDSO layout), with vessel's patches
 #     from scripts/criu-patches applied (a stamp records which), unless the
-#     installed CRIU is already that build.
+#     installed CRIU is already that build. gcc 12 (bookworm) and gcc 14
+#     (trixie) both build it without warnings.
 #   * runc 1.4 built from its Go module as /usr/local/lib/vessel/runc, beside
 #     the distribution's (Debian 12 ships
 #     1.1.5, trixie 1.1.15: both join a container's user namespace before its
@@ -15,7 +22,8 @@
 #   * A subordinate id range for root in /etc/subuid and /etc/subgid: vessel
 #     gives each unprivileged container 65536 ids from it.
 #   * Kernel tunables: pipe-max-size (CRIU lazy pages need ~3.2 MiB pipes) and
-#     IPv4 forwarding (container NAT).
+#     IPv4 forwarding (container NAT), set now and in /etc/sysctl.d for the
+#     next boot (read by systemd-sysctl or procps alike).
 #
 # Re-running it is cheap: every step checks before it acts.
 set -euo pipefail
@@ -24,13 +32,17 @@ CRIU_VERSION=4.1.1
 CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 CRIU_URL=${CRIU_URL:-http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_VERSION}.orig.tar.xz}
 CACHE=${VESSEL_SETUP_CACHE:-/var/cache/vessel-setup}
-PATCHES=$(cd "$(dirname "$0")" && pwd)/criu-patches
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PATCHES=$REPO/scripts/criu-patches
 STAMP=/usr/local/share/vessel/criu.stamp
 RUNC_VERSION=1.4.3
 RUNC=/usr/local/lib/vessel/runc
 # root's subordinate ids when /etc/subuid has none (Incus's default range).
 SUBID_START=1000000
 SUBID_COUNT=1000000000
+GO=${GO:-go}
+# Go from go.dev's tarball lives here; a root shell (sudo) often lacks it.
+export PATH=$PATH:/usr/local/go/bin
 
 PACKAGES=(
 	runc btrfs-progs busybox-static iptables iproute2 fio debootstrap
@@ -49,6 +61,43 @@ need_root() {
 	fi
 }
 
+die() {
+	printf 'setup: %s\n' "$@" >&2
+	exit 1
+}
+
+# detect_os reads the distribution and its suite from /etc/os-release:
+# vessel is tested on Debian 12 (bookworm) and 13 (trixie); elsewhere setup
+# warns and carries on (the package names are Debian's).
+detect_os() {
+	local id="" codename="" pretty=""
+	if [ -r /etc/os-release ]; then
+		# shellcheck disable=SC1091
+		IFS='|' read -r id codename pretty < <(. /etc/os-release && echo "${ID:-}|${VERSION_CODENAME:-}|${PRETTY_NAME:-}") || true
+	fi
+	OS_CODENAME=$codename
+	case "$id:$codename" in
+	debian:bookworm | debian:trixie) log "$pretty" ;;
+	*) log "warning: vessel is tested on Debian 12 (bookworm) and 13 (trixie), not on ${pretty:-this system}; carrying on" ;;
+	esac
+	command -v apt-get >/dev/null 2>&1 || die "apt-get not found: setup installs Debian packages"
+}
+
+# ver_ge A B: version A is B or later (1.24.4 >= 1.21).
+ver_ge() {
+	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
+}
+
+apt_updated=""
+apt_install() {
+	export DEBIAN_FRONTEND=noninteractive
+	if [ -z "$apt_updated" ]; then
+		apt-get update -qq
+		apt_updated=1
+	fi
+	apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 install_packages() {
 	local missing=()
 	for p in "${PACKAGES[@]}"; do
@@ -61,13 +110,72 @@ install_packages() {
 		return
 	fi
 	log "installing: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	apt_install "${missing[@]}"
 }
 
+# go_self_version: the version of the go command itself (1.24.4), not of
+# the toolchain it would switch to inside vessel's module.
+go_self_version() {
+	(cd / && GOTOOLCHAIN=local "$GO" version) | awk '{sub(/^go/, "", $3); print $3}'
+}
+
+# go_env VAR: a go setting, asked outside the module (no toolchain switch).
+go_env() {
+	(cd / && "$GO" env "$1")
+}
+
+# check_go makes sure a go command builds vessel (and runc): one of the
+# version go.mod names, or 1.21+ that fetches that toolchain by itself
+# (GOTOOLCHAIN=auto, the default: Debian's golang and go.dev's tarball
+# alike). With no go at all it installs the distribution's golang-go when
+# that is 1.21+ (trixie's is 1.24); otherwise it says what to install.
+check_go() {
+	local need have used
+	need=$(awk '$1 == "go" {print $2; exit}' "$REPO/go.mod")
+	if ! command -v "$GO" >/dev/null 2>&1; then
+		local cand
+		cand=$(apt-cache policy golang-go 2>/dev/null | awk '/Candidate:/ {print $2}')
+		cand=${cand#*:}
+		cand=${cand%%[~+-]*}
+		if [ -n "$cand" ] && [ "$cand" != "(none)" ] && ver_ge "$cand" 1.21; then
+			log "no go command: installing ${OS_CODENAME:-the distribution}'s golang-go ($cand; it fetches Go $need for vessel)"
+			apt_install golang-go
+			hash -r
+		else
+			die "no go command found (PATH=$PATH)." \
+				"vessel needs Go $need (go.mod); ${OS_CODENAME:-this distribution}'s golang-go is ${cand:-missing}, older than 1.21, which cannot fetch a newer toolchain." \
+				"Install Go from https://go.dev/dl/ (tar -C /usr/local -xzf go*.linux-amd64.tar.gz: /usr/local/go/bin is searched) and run this again."
+		fi
+	fi
+	have=$(go_self_version)
+	if ! ver_ge "$have" "$need" && ! ver_ge "$have" 1.21; then
+		die "$(command -v "$GO") is Go $have: vessel needs Go $need (go.mod), and Go before 1.21 cannot fetch a newer toolchain." \
+			"Install Go from https://go.dev/dl/ (tar -C /usr/local -xzf go*.linux-amd64.tar.gz) and put /usr/local/go/bin before $(dirname "$(command -v "$GO")") in PATH, or set GO=/usr/local/go/bin/go."
+	fi
+	# Inside the module the go command switches to the toolchain go.mod
+	# names, downloading it on first use.
+	if ! used=$(cd "$REPO" && "$GO" env GOVERSION); then
+		die "$(command -v "$GO") (Go $have) could not fetch Go $need, which vessel's go.mod needs (above)." \
+			"It downloads golang.org/toolchain from the Go module proxy ($(go_env GOPROXY)): check the network, or install Go $need from https://go.dev/dl/."
+	fi
+	used=${used#go}
+	if ! ver_ge "$used" "$need"; then
+		die "$(command -v "$GO") is Go $have and does not switch to Go $need, which vessel's go.mod needs: GOTOOLCHAIN is $(go_env GOTOOLCHAIN)." \
+			"Let it fetch Go $need (GOTOOLCHAIN=auto: unset it in the environment, go env -w GOTOOLCHAIN=auto) or install Go $need from https://go.dev/dl/."
+	fi
+	if [ "$used" = "$have" ]; then
+		log "go $have"
+	else
+		log "go $have, using Go $used for vessel (GOTOOLCHAIN=$(go_env GOTOOLCHAIN))"
+	fi
+}
+
+# (No `cmd --version | grep -q`: grep's early exit can kill cmd with
+# SIGPIPE, which pipefail turns into a false "not installed".)
 criu_is_4x() {
-	command -v criu >/dev/null 2>&1 && criu --version 2>/dev/null | grep -qE 'Version: 4\.'
+	local v
+	command -v criu >/dev/null 2>&1 && v=$(criu --version 2>/dev/null) || return 1
+	[[ $v == *"Version: 4."* ]]
 }
 
 # CRIU caches its kernel feature probes (~20 ms per run) in RUNDIR, but
@@ -140,15 +248,16 @@ build_criu() {
 # build_runc installs runc $RUNC_VERSION from its Go module (the module proxy
 # serves the source), with seccomp, unless that version is installed.
 build_runc() {
-	if [ -x "$RUNC" ] && "$RUNC" --version 2>/dev/null | grep -q "^runc version $RUNC_VERSION\$"; then
+	local v=""
+	if [ -x "$RUNC" ]; then v=$("$RUNC" --version 2>/dev/null) || v=""; fi
+	if [ "${v%%$'\n'*}" = "runc version $RUNC_VERSION" ]; then
 		log "runc $RUNC_VERSION present"
 		return
 	fi
-	command -v go >/dev/null 2>&1 || { echo "setup: go is needed to build runc" >&2; exit 1; }
 	log "building runc $RUNC_VERSION"
 	local bin="$CACHE/runc-bin"
 	mkdir -p "$bin"
-	GOBIN="$bin" GOFLAGS=-mod=mod CGO_ENABLED=1 go install -tags seccomp \
+	GOBIN="$bin" GOFLAGS=-mod=mod CGO_ENABLED=1 "$GO" install -tags seccomp \
 		-ldflags "-X main.version=$RUNC_VERSION" "github.com/opencontainers/runc@v$RUNC_VERSION"
 	install -D -m 0755 "$bin/runc" "$RUNC"
 	log "$("$RUNC" --version | head -n 1) installed as $RUNC"
@@ -196,7 +305,9 @@ check_criu() {
 }
 
 need_root
+detect_os
 install_packages
+check_go
 build_criu
 build_runc
 subids
