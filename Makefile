@@ -10,7 +10,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # CRIU is built into /usr/local/sbin by setup.
 export PATH := /usr/local/sbin:/usr/local/bin:$(PATH)
 
-.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean
+.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean host-image
 
 all: build
 
@@ -62,6 +62,12 @@ demo: setup build
 
 bench: setup build
 	@scripts/bench.sh
+
+# The vessel host image in bin/host-image/: Debian 13 with the .deb
+# installed, booted by scripts/vmlab (scripts/host-image without an argument
+# builds it without vessel).
+host-image: deb
+	scripts/host-image "$$(ls -t $(BIN)/vessel_*_amd64.deb | head -n 1)"
 
 clean:
 	rm -rf $(BIN)
