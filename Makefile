@@ -16,7 +16,7 @@ NFPM := $(TOOLS)/nfpm-$(NFPM_VERSION)
 # /usr/local/go/bin (searched last: a go in PATH wins).
 export PATH := /usr/local/sbin:/usr/local/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean deb
+.PHONY: all setup build test unit fuzz integration demo bench vet lint tidy clean deb host-image test-v2 bench-v2
 
 all: build
 
@@ -80,9 +80,20 @@ fuzz:
 
 # Every test: the checks, unit tests and fuzzing above, then every test again, as
 # root against the real kernel, runc, CRIU and btrfs. Packages run one at
-# a time: they share the machine's loop devices, cgroups and CPU.
-test: setup build vet lint tidy unit fuzz
-	$(GO) test -count=1 -p 1 -timeout 60m ./...
+# a time: they share the machine's loop devices, cgroups and CPU. Among them
+# the guest lane (test/guests): two guests of the host image, Debian 13 with
+# systemd and cgroup v2, the .deb installed, under QEMU (TCG where the CPU
+# has no virtualization).
+test: setup build vet lint tidy unit fuzz host-image
+	$(GO) test -count=1 -p 1 -timeout 80m ./...
+
+# Every root test package inside a guest of the host image (cgroup v2,
+# systemd), from binaries built here; and the benchmarks there.
+test-v2: host-image
+	scripts/test-v2
+
+bench-v2: host-image
+	scripts/bench-v2
 
 integration: setup build
 	$(GO) test -count=1 -v -timeout 40m ./test/...
@@ -92,6 +103,12 @@ demo: setup build
 
 bench: setup build
 	@scripts/bench.sh
+
+# The vessel host image in bin/host-image/: Debian 13 with the .deb
+# installed, booted by scripts/vmlab (scripts/host-image without an argument
+# builds it without vessel).
+host-image: deb
+	scripts/host-image "$$(ls -t $(BIN)/vessel_*_amd64.deb | head -n 1)"
 
 clean:
 	rm -rf $(BIN)
