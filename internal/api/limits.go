@@ -37,10 +37,11 @@ type ControlPlane struct {
 	// Cgroup is vesseld's cgroup: its control cgroup, or where it was
 	// started (e.g. vesseld.service in vessel-control.slice).
 	Cgroup string `json:"cgroup,omitempty"`
-	// CPUWeight is the control cgroup's CPU weight (when vesseld stays
-	// where it was started: that of the top-level cgroup it is under,
-	// e.g. the slice's); ContainersCPUWeight likewise for the
-	// containers' parent cgroup.
+	// CPUWeight is the control cgroup's CPU weight, ContainersCPUWeight
+	// that of the containers' parent. When vesseld stays where it was
+	// started they are the weights of the two sibling cgroups that hold
+	// each (under systemd vessel-control.slice and
+	// vessel-instances.service, both in vessel.slice).
 	CPUWeight           uint64 `json:"cpu_weight,omitempty"`
 	ContainersCgroup    string `json:"containers_cgroup"`
 	ContainersCPUWeight uint64 `json:"containers_cpu_weight,omitempty"`

@@ -261,3 +261,22 @@ func TestEnter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSiblings(t *testing.T) {
+	for _, c := range []struct{ a, b, wa, wb string }{
+		{"/vessel.slice/vessel-control.slice/vesseld.service", "/vessel.slice/vessel-instances.service",
+			"/vessel.slice/vessel-control.slice", "/vessel.slice/vessel-instances.service"},
+		{"/vessel-control", "/vessel", "/vessel-control", "/vessel"},
+		{"/user.slice/user-0.slice/session-1.scope", "/vessel", "/user.slice", "/vessel"},
+	} {
+		a, b, err := siblings(c.a, c.b)
+		if err != nil || a != c.wa || b != c.wb {
+			t.Errorf("siblings(%s, %s) = %s, %s, %v; want %s, %s", c.a, c.b, a, b, err, c.wa, c.wb)
+		}
+	}
+	for _, c := range [][2]string{{"/vessel", "/vessel/c1"}, {"/a", "/a"}, {"a", "/b"}, {"/", "/b"}} {
+		if _, _, err := siblings(c[0], c[1]); err == nil {
+			t.Errorf("siblings(%s, %s): no error", c[0], c[1])
+		}
+	}
+}

@@ -72,26 +72,56 @@ func CheckNoInternalProcesses(path string) error {
 	return nil
 }
 
-// TopLevelCPUWeight returns the CPU weight (v2 scale) of the top-level
-// cgroup path lives under, e.g. /vessel-control.slice for
-// /vessel-control.slice/vesseld.service: the weight that cgroup competes
-// with beside its siblings at the root, whoever set it (vesseld or a
-// systemd slice). It also returns that cgroup's path.
-func TopLevelCPUWeight(path string) (string, uint64, error) {
-	if !filepath.IsAbs(path) || path == "/" {
-		return "", 0, fmt.Errorf("%w: %q", ErrInvalidPath, path)
+// SiblingCPUWeights returns the CPU weights (v2 scale) that decide how two
+// cgroups share the CPU under contention: those of the two sibling cgroups
+// below their common ancestor that hold a and b. E.g. for vesseld in
+// /vessel.slice/vessel-control.slice/vesseld.service and containers in
+// /vessel.slice/vessel-instances.service, the weights of
+// vessel-control.slice and vessel-instances.service; for /vessel-control and
+// /vessel, their own. Whoever set them (vesseld or systemd), they are read
+// from the kernel.
+func SiblingCPUWeights(a, b string) (wa, wb uint64, err error) {
+	sa, sb, err := siblings(a, b)
+	if err != nil {
+		return 0, 0, err
 	}
-	top := "/" + strings.SplitN(strings.TrimPrefix(filepath.Clean(path), "/"), "/", 2)[0]
+	if wa, err = cpuWeight(sa); err != nil {
+		return 0, 0, err
+	}
+	wb, err = cpuWeight(sb)
+	return wa, wb, err
+}
+
+// siblings returns the ancestors-or-selves of a and b that are children of
+// their deepest common ancestor.
+func siblings(a, b string) (string, string, error) {
+	for _, p := range []string{a, b} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return "", "", fmt.Errorf("%w: %q", ErrInvalidPath, p)
+		}
+	}
+	ea, eb := strings.Split(a[1:], "/"), strings.Split(b[1:], "/")
+	i := 0
+	for i < len(ea) && i < len(eb) && ea[i] == eb[i] {
+		i++
+	}
+	if i == len(ea) || i == len(eb) {
+		return "", "", fmt.Errorf("%w: %s and %s: one holds the other", ErrInvalidPath, a, b)
+	}
+	return "/" + strings.Join(ea[:i+1], "/"), "/" + strings.Join(eb[:i+1], "/"), nil
+}
+
+// cpuWeight reads a cgroup's CPU weight (v1: cpu.shares, converted).
+func cpuWeight(path string) (uint64, error) {
 	if HostVersion() == V2 {
-		w, err := readUint(filepath.Join(unifiedMount, top), "cpu.weight")
-		return top, w, err
+		return readUint(filepath.Join(unifiedMount, path), "cpu.weight")
 	}
 	mnt, err := occgroups.FindCgroupMountpoint("", "cpu")
 	if err != nil {
-		return top, 0, fmt.Errorf("cpu hierarchy: %w", err)
+		return 0, fmt.Errorf("cpu hierarchy: %w", err)
 	}
-	s, err := readUint(filepath.Join(mnt, top), "cpu.shares")
-	return top, CPUSharesToWeight(s), err
+	s, err := readUint(filepath.Join(mnt, path), "cpu.shares")
+	return CPUSharesToWeight(s), err
 }
 
 func readUint(dir, file string) (uint64, error) {

@@ -78,8 +78,9 @@ func (d *Daemon) leaveControlCgroup() error {
 
 // controlPlane describes the control cgroup for host info. When vesseld
 // stays where it was started (under systemd: vesseld.service in
-// vessel-control.slice), it reports that cgroup and the weights the
-// top-level cgroups have (the slices'), read from the kernel.
+// vessel-control.slice), it reports that cgroup and the weights that decide
+// between it and the containers (the sibling cgroups holding each, e.g.
+// vessel-control.slice and vessel-instances.service), read from the kernel.
 func (d *Daemon) controlPlane() api.ControlPlane {
 	out := api.ControlPlane{ContainersCgroup: d.cfg.CgroupParent, ContainersCPUWeight: cgroups.DefaultCPUWeight}
 	if d.control != nil {
@@ -87,14 +88,13 @@ func (d *Daemon) controlPlane() api.ControlPlane {
 		out.CPUWeight = d.controlCPUWeight()
 		return out
 	}
-	if own, err := cgroups.ProcessCgroup(os.Getpid(), "cpu"); err == nil && own != "/" {
-		out.Cgroup = own
-		if _, w, err := cgroups.TopLevelCPUWeight(own); err == nil {
-			out.CPUWeight = w
-		}
+	own, err := cgroups.ProcessCgroup(os.Getpid(), "cpu")
+	if err != nil || own == "/" {
+		return out
 	}
-	if _, w, err := cgroups.TopLevelCPUWeight(d.cfg.CgroupParent); err == nil {
-		out.ContainersCPUWeight = w
+	out.Cgroup = own
+	if wc, wp, err := cgroups.SiblingCPUWeights(own, d.cfg.CgroupParent); err == nil {
+		out.CPUWeight, out.ContainersCPUWeight = wc, wp
 	}
 	return out
 }

@@ -78,17 +78,17 @@ func testInstall(t *testing.T, vm1, vm2 guest) {
 		g.ok("vessel admin init --auto --force --storage-device /dev/vdb --listen " + ip + ":8443")
 		g.ok("systemctl is-active vesseld.service vessel-instances.service")
 		pid := g.ok("systemctl show -P MainPID vesseld.service")
-		if cg := g.ok("cat /proc/" + pid + "/cgroup"); cg != "0::/vessel-control.slice/vesseld.service" {
+		if cg := g.ok("cat /proc/" + pid + "/cgroup"); cg != "0::/vessel.slice/vessel-control.slice/vesseld.service" {
 			t.Errorf("%s: vesseld's cgroup %q", g.name, cg)
 		}
-		if w := g.ok("cat /sys/fs/cgroup/vessel-control.slice/cpu.weight"); w != "1000" {
+		if w := g.ok("cat /sys/fs/cgroup/vessel.slice/vessel-control.slice/cpu.weight"); w != "1000" {
 			t.Errorf("%s: vessel-control.slice cpu.weight %s, want 1000", g.name, w)
 		}
 		if procs := g.ok("cat " + instancesCgroup + "/cgroup.procs"); procs != "" {
 			t.Errorf("%s: the delegated cgroup holds processes itself: %q", g.name, procs)
 		}
 		info := g.ok("vessel info")
-		for _, want := range []string{"v2", "vessel-control.slice/vesseld.service, CPU weight 1000"} {
+		for _, want := range []string{"v2", "/vessel.slice/vessel-control.slice/vesseld.service, CPU weight 1000 (containers: /vessel.slice/vessel-instances.service, 100)"} {
 			if !strings.Contains(info, want) {
 				t.Errorf("%s: vessel info lacks %q:\n%s", g.name, want, info)
 			}
