@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
 )
@@ -87,15 +89,16 @@ func (d *Daemon) applyLimits(ctx context.Context, name string, cfg map[string]st
 	return cg.Set(res)
 }
 
-// ensureBFQ makes BFQ the I/O scheduler of the pool's loop devices, which
-// have none by default, so that disk weights apply there. Loop devices
-// charge their I/O to the issuing cgroup (Linux 5.14+), so BFQ on the loop
-// device sees each container. Other disks are the host's: their scheduler
-// is reported (host info, vessel info NAME), not changed.
+// ensureBFQ makes BFQ the I/O scheduler of the pool's own devices, so that
+// disk weights apply there: its loop devices, which have none by default
+// (they charge their I/O to the issuing cgroup, Linux 5.14+, so BFQ on the
+// loop device sees each container), and the disk given as
+// --storage-device, which is vessel's alone. Other disks are the host's:
+// their scheduler is reported (host info, vessel info NAME), not changed.
 func (d *Daemon) ensureBFQ(devs []cgroups.DeviceLimit) error {
 	for _, dl := range devs {
 		dev := fmt.Sprintf("%d:%d", dl.Major, dl.Minor)
-		if !cgroups.IsLoop(dev) {
+		if !cgroups.IsLoop(dev) && dev != d.storageDeviceNumber() {
 			continue
 		}
 		if err := cgroups.SetScheduler(dev, "bfq"); err != nil {
@@ -103,6 +106,19 @@ func (d *Daemon) ensureBFQ(devs []cgroups.DeviceLimit) error {
 		}
 	}
 	return nil
+}
+
+// storageDeviceNumber returns the "MAJ:MIN" of Config.StorageDevice ("" if
+// none).
+func (d *Daemon) storageDeviceNumber() string {
+	if d.cfg.StorageDevice == "" {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.cfg.StorageDevice, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 }
 
 // resetLoopSchedulers gives the pool's loop devices back the kernel's

@@ -7,12 +7,14 @@
 package guests
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	if testing.Short() {
 		fmt.Println("skipped: guest lane tests need root and QEMU (make test)")
 		os.Exit(0)
