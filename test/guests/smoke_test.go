@@ -35,6 +35,14 @@ func (g guest) run(cmdline string) (string, error) {
 	return strings.TrimSpace(out), err
 }
 
+// waitIn runs a shell test in a container until it succeeds, for up to a
+// minute (guests under TCG are slow), and fails the test after that.
+func (g guest) waitIn(name, test string) {
+	g.t.Helper()
+	g.ok(fmt.Sprintf(`for i in $(seq 1 300); do vessel exec %s -- sh -c '%s' && exit 0; sleep 0.2; done; `+
+		`echo "%s: still not true in %s after a minute" >&2; exit 1`, name, test, test, name))
+}
+
 // file reads a cgroup file of container name.
 func (g guest) cgroupFile(name, file string) string {
 	g.t.Helper()
@@ -221,11 +229,13 @@ func testStatefulSnapshot(t *testing.T, vm1, _ guest) {
 	defer vm1.ok("vessel delete --force snap")
 	// A shell variable lives only in memory: it comes back only through
 	// the memory image.
-	vm1.ok(`vessel exec snap -- sh -c 'nohup sh -c "x=before; while :; do echo \$x > /tmp/x; sleep 0.2; done" >/dev/null 2>&1 &'`)
+	vm1.ok(`vessel exec snap -- sh -c 'setsid sh -c "x=before; while :; do echo \$x > /tmp/x; sleep 0.2; done" </dev/null >/dev/null 2>&1 &'`)
+	vm1.waitIn("snap", "test -s /tmp/x")
 	vm1.ok("vessel snapshot create snap s1 --stateful")
 	vm1.ok(`vessel exec snap -- sh -c 'pkill -f "x=before"; echo after > /tmp/x'`)
 	vm1.ok("vessel snapshot restore snap s1 --stateful --force")
-	if got := vm1.ok("sleep 1; vessel exec snap -- cat /tmp/x"); got != "before" {
+	vm1.waitIn("snap", "grep -q before /tmp/x")
+	if got := vm1.ok("vessel exec snap -- cat /tmp/x"); got != "before" {
 		t.Errorf("after a stateful restore /tmp/x = %q, want the loop's %q", got, "before")
 	}
 }
@@ -259,14 +269,16 @@ func testMove(t *testing.T, vm1, vm2 guest) {
 		a.ok(fmt.Sprintf("vessel peer add %s %s", b.name, ptok))
 	}
 	vm1.ok("vessel launch busybox mover")
-	vm1.ok(`vessel exec mover -- sh -c 'nohup sh -c "n=0; while :; do n=$((n+1)); echo \$n > /tmp/n; sleep 0.1; done" >/dev/null 2>&1 &'`)
+	vm1.ok(`vessel exec mover -- sh -c 'setsid sh -c "n=0; while :; do n=\$((n+1)); echo \$n > /tmp/n; sleep 0.1; done" </dev/null >/dev/null 2>&1 &'`)
+	vm1.waitIn("mover", "test -s /tmp/n")
 	t.Log(vm1.ok("vessel move mover vm2: --live --memory=copy --timing"))
 	if out := vm1.ok("vessel list -f csv"); strings.Contains(out, "mover") {
 		t.Errorf("mover still listed on vm1 after the move: %s", out)
 	}
 	n1 := vm2.ok("vessel exec mover -- cat /tmp/n")
 	t.Log(vm2.ok("vessel move mover vm1: --live --memory=lazy --timing"))
-	n2 := vm1.ok("sleep 1; vessel exec mover -- cat /tmp/n")
+	vm1.waitIn("mover", "test $(cat /tmp/n) -gt "+n1)
+	n2 := vm1.ok("vessel exec mover -- cat /tmp/n")
 	a, _ := strconv.Atoi(n1)
 	b, _ := strconv.Atoi(n2)
 	if a == 0 || b <= a {
