@@ -69,7 +69,13 @@ type Result struct {
 		// cgroup v2 charges it to the writer's cgroup and so holds it to
 		// the limit; it is checked there, reported on v1.
 		WriteBufferedSynced Check `json:"write_buffered_host_synced_mb_per_s"`
-		ReadIOPS            Check `json:"read_iops"`
+		// WriteBufferedSyncedDevice is the same runs' rate at the device:
+		// the bytes the container's cgroup wrote to the pool's device
+		// (its io.stat: data plus the filesystem's metadata and
+		// checksums, all charged to the writer on v2), over the same
+		// time. io.max limits this rate.
+		WriteBufferedSyncedDevice Check `json:"write_buffered_host_synced_device_mb_per_s"`
+		ReadIOPS                  Check `json:"read_iops"`
 	} `json:"limited"`
 	Weights struct {
 		Weights        string  `json:"weights"`
@@ -111,6 +117,8 @@ type bench struct {
 	// device(s): "loop", or e.g. "vdb".
 	source  string
 	poolDev string
+	// syncPath is what flush syncs: the pool's file system.
+	syncPath string
 }
 
 func main() {
@@ -123,18 +131,29 @@ func main() {
 	overheadReps := flag.Int("overhead-reps", 20, "runs of each setting in the overhead test")
 	window := flag.Duration("window", 20*time.Second, "measuring window of the weights test")
 	source := flag.String("storage-source", "", "pool on this existing btrfs directory (its disk, e.g. a guest's throttled virtual disk, is then the one measured) instead of a loop-backed file")
+	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ with strict tunables for weights), e.g. a guest's throttled virtual disk")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
 	defer r.Close()
 	opts := testhost.Options{StorageSizeMiB: 4096 + 6**size}
-	if *source != "" {
+	switch {
+	case *source != "":
 		opts.ExtraArgs = []string{"--storage-source", *source}
+	case *device != "":
+		opts.ExtraArgs = []string{"--storage-device", *device}
 	}
 	h := testhost.New(r, bin, opts)
-	b := &bench{r: r, h: h, size: *size, overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS, source: *source, poolDev: "loop"}
-	if *source != "" {
+	b := &bench{r: r, h: h, size: *size, overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS, source: *source, poolDev: "loop",
+		syncPath: filepath.Join(h.Root(), "disks", "default.img")}
+	switch {
+	case *source != "":
+		b.syncPath = *source
+	case *device != "":
+		b.syncPath = filepath.Join(h.Root(), "storage-pools", "default")
+	}
+	if *source != "" || *device != "" {
 		devs := b.server().Host.StorageDevices
 		if len(devs) == 0 {
 			r.Fatalf("no block device found under %s", *source)
@@ -169,7 +188,7 @@ func (b *bench) limits(res *Result, mbps float64, iops, reps int) {
 	b.h.OK("config", "set", "io1",
 		fmt.Sprintf("limits.disk.read=%gMB", mbps), fmt.Sprintf("limits.disk.write=%gMB", mbps),
 		fmt.Sprintf("limits.disk.read_iops=%d", iops))
-	var wd, rd, rc, wb, wbf, wbs, ri []float64
+	var wd, rd, rc, wb, wbf, wbs, wbsd, ri []float64
 	for i := range reps {
 		b.r.Logf("limited, rep %d", i+1)
 		wd = append(wd, b.dd("io1", "if=/dev/zero", "of=/w", "oflag=direct"))
@@ -177,7 +196,8 @@ func (b *bench) limits(res *Result, mbps float64, iops, reps int) {
 		rc = append(rc, b.dd("io1", fmt.Sprintf("if=/cold%d", i), "of=/dev/null"))
 		wb = append(wb, b.dd("io1", "if=/dev/zero", fmt.Sprintf("of=/wb%d", i)))
 		wbf = append(wbf, b.dd("io1", "if=/dev/zero", "of=/wbf", "conv=fsync"))
-		wbs = append(wbs, b.ddSynced("io1", fmt.Sprintf("of=/wbs%d", i)))
+		file, dev := b.ddSynced("io1", fmt.Sprintf("of=/wbs%d", i))
+		wbs, wbsd = append(wbs, file), append(wbsd, dev)
 		ri = append(ri, b.ops("io1", iops))
 	}
 	res.Limited.WriteDirect = check(wd, mbps, 10)
@@ -186,6 +206,7 @@ func (b *bench) limits(res *Result, mbps float64, iops, reps int) {
 	res.Limited.WriteBuffered = benchutil.Summarise(wb)
 	res.Limited.WriteBufferedFsync = benchutil.Summarise(wbf)
 	res.Limited.WriteBufferedSynced = check(wbs, mbps, 10)
+	res.Limited.WriteBufferedSyncedDevice = check(wbsd, mbps, 10)
 	res.Limited.ReadIOPS = check(ri, float64(iops), 10)
 	b.h.OK("delete", "--force", "io1")
 }
@@ -255,11 +276,7 @@ func paired(u, l []float64) float64 {
 
 // flush writes the pool's backing file's dirty pages to disk (host side).
 func (b *bench) flush() {
-	img := filepath.Join(b.h.Root(), "disks", "default.img")
-	if b.source != "" {
-		img = b.source
-	}
-	if out, err := exec.Command("sync", "-f", img).CombinedOutput(); err != nil {
+	if out, err := exec.Command("sync", "-f", b.syncPath).CombinedOutput(); err != nil {
 		b.r.Fatalf("sync: %v: %s", err, out)
 	}
 }
@@ -324,15 +341,24 @@ func (b *bench) compete(window time.Duration) (float64, float64) {
 }
 
 // poolRead returns the bytes a container read from the pool's device so far.
-func (b *bench) poolRead(name string) float64 {
+func (b *bench) poolRead(name string) float64 { return b.poolIO(name, true) }
+
+// poolIO returns the bytes a container read (or wrote) on the pool's
+// device so far.
+func (b *bench) poolIO(name string, read bool) float64 {
 	i, err := b.h.Client().Instance(context.Background(), name)
 	if err != nil || i.State == nil {
 		b.r.Fatalf("info %s: %v", name, err)
 	}
 	var n float64
 	for _, io := range i.State.IO {
-		if strings.HasPrefix(io.Name, b.poolDev) {
+		if !strings.HasPrefix(io.Name, b.poolDev) {
+			continue
+		}
+		if read {
 			n += float64(io.ReadBytes)
+		} else {
+			n += float64(io.WriteBytes)
 		}
 	}
 	return n
@@ -388,13 +414,18 @@ func (b *bench) timed(name string, loops int, args []string) float64 {
 }
 
 // ddSynced writes b.size MiB buffered (no fsync) in a container, then
-// flushes the pool from the host, and returns the rate over both, in MB/s.
-func (b *bench) ddSynced(name, of string) float64 {
+// flushes the pool from the host, and returns the rate over both, in MB/s:
+// of the file, and of the bytes the container's cgroup wrote to the pool's
+// device meanwhile.
+func (b *bench) ddSynced(name, of string) (file, device float64) {
 	b.flush()
+	w0 := b.poolIO(name, false)
 	start := time.Now()
 	b.timed(name, 1, []string{"if=/dev/zero", of, "bs=1M", fmt.Sprintf("count=%d", b.size)})
 	b.flush()
-	return round(float64(b.size<<20) / time.Since(start).Seconds() / 1e6)
+	secs := time.Since(start).Seconds()
+	w1 := b.poolIO(name, false)
+	return round(float64(b.size<<20) / secs / 1e6), round((w1 - w0) / secs / 1e6)
 }
 
 // check summarises samples against a target with a tolerance in percent.
