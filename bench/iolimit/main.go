@@ -50,6 +50,7 @@ type Result struct {
 	Machine       benchutil.Machine `json:"machine"`
 	Cgroup        string            `json:"cgroup_version"`
 	SizeMiB       int               `json:"file_mib"`
+	BufferedMiB   int               `json:"buffered_synced_mib"`
 	Reps          int               `json:"reps"`
 	OverheadFiles [2]int            `json:"overhead_files_per_run_read_write"`
 	LimitMBps     float64           `json:"limit_mb_per_s"`
@@ -119,6 +120,8 @@ type bench struct {
 	poolDev string
 	// syncPath is what flush syncs: the pool's file system.
 	syncPath string
+	// bufSize is the MiB of each host-flushed buffered write.
+	bufSize int
 }
 
 func main() {
@@ -131,6 +134,8 @@ func main() {
 	overheadReps := flag.Int("overhead-reps", 20, "runs of each setting in the overhead test")
 	window := flag.Duration("window", 20*time.Second, "measuring window of the weights test")
 	source := flag.String("storage-source", "", "pool on this existing btrfs directory (its disk, e.g. a guest's throttled virtual disk, is then the one measured) instead of a loop-backed file")
+	parts := flag.String("parts", "limits,overhead,weights", "which measurements to run")
+	bufSize := flag.Int("buffered-size", 0, "MiB written by each host-flushed buffered write (default -size): larger runs hide the fixed cost of an exec")
 	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ with strict tunables for weights), e.g. a guest's throttled virtual disk")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
@@ -168,9 +173,20 @@ func main() {
 	}
 	res.Cgroup = srv.Host.CgroupVersion
 
-	b.limits(&res, *mbps, *iops, *reps)
-	b.overhead(&res, *overheadReps)
-	b.weights(&res, *window)
+	b.bufSize = *size
+	if *bufSize > 0 {
+		b.bufSize = *bufSize
+	}
+	res.BufferedMiB = b.bufSize
+	if strings.Contains(*parts, "limits") {
+		b.limits(&res, *mbps, *iops, *reps)
+	}
+	if strings.Contains(*parts, "overhead") {
+		b.overhead(&res, *overheadReps)
+	}
+	if strings.Contains(*parts, "weights") {
+		b.weights(&res, *window)
+	}
 
 	benchutil.Emit(r, res, *out)
 }
@@ -421,11 +437,11 @@ func (b *bench) ddSynced(name, of string) (file, device float64) {
 	b.flush()
 	w0 := b.poolIO(name, false)
 	start := time.Now()
-	b.timed(name, 1, []string{"if=/dev/zero", of, "bs=1M", fmt.Sprintf("count=%d", b.size)})
+	b.timed(name, 1, []string{"if=/dev/zero", of, "bs=1M", fmt.Sprintf("count=%d", b.bufSize)})
 	b.flush()
 	secs := time.Since(start).Seconds()
 	w1 := b.poolIO(name, false)
-	return round(float64(b.size<<20) / secs / 1e6), round((w1 - w0) / secs / 1e6)
+	return round(float64(b.bufSize<<20) / secs / 1e6), round((w1 - w0) / secs / 1e6)
 }
 
 // check summarises samples against a target with a tolerance in percent.
