@@ -136,7 +136,7 @@ func main() {
 	source := flag.String("storage-source", "", "pool on this existing btrfs directory (its disk, e.g. a guest's throttled virtual disk, is then the one measured) instead of a loop-backed file")
 	parts := flag.String("parts", "limits,overhead,weights", "which measurements to run")
 	bufSize := flag.Int("buffered-size", 0, "MiB written by each host-flushed buffered write (default -size): larger runs hide the fixed cost of an exec")
-	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ with strict tunables for weights), e.g. a guest's throttled virtual disk")
+	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ made its scheduler for weights), e.g. a guest's throttled virtual disk")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 

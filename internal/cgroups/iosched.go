@@ -73,25 +73,3 @@ func SetScheduler(dev, sched string) error {
 func IsLoop(dev string) bool {
 	return strings.HasPrefix(DeviceName(dev), "loop")
 }
-
-// BFQ tunables for strict weights (queue/iosched/ of a device running
-// BFQ). A disk, real or virtual, queues requests inside itself (NCQ, or a
-// hypervisor's throttle) where BFQ cannot order them: BFQ then hands every
-// request on at once and the weights do nothing (measured on a guest's
-// QEMU-throttled virtio disk, two readers at 200:100 shared it 1.02:1).
-// strict_guarantees makes BFQ keep requests until it picks them;
-// low_latency=0 stops its weight raising of "interactive" queues, which
-// overrides the configured weights. With both, the same pair shared it
-// 1.81:1 at 93% of the disk's throughput.
-var strictBFQ = [][2]string{{"strict_guarantees", "1"}, {"low_latency", "0"}}
-
-// SetStrictBFQ sets the tunables above on a device whose scheduler is BFQ.
-func SetStrictBFQ(dev string) error {
-	for _, kv := range strictBFQ {
-		p := filepath.Join(sysDevBlock, dev, "queue", "iosched", kv[0])
-		if err := os.WriteFile(p, []byte(kv[1]), 0o644); err != nil {
-			return fmt.Errorf("BFQ %s of %s: %w", kv[0], dev, err)
-		}
-	}
-	return nil
-}
