@@ -160,20 +160,30 @@ func createSparse(path string, size int64) error {
 	return nil
 }
 
-// mountImage mounts the pool image at Root unless it is mounted there.
-func (d *btrfsDriver) mountImage() error {
+// mountedAlready makes Root and reports whether the pool is mounted there
+// already (its per-mount flags then brought up to date); something else
+// mounted there is an error.
+func (d *btrfsDriver) mountedAlready() (bool, error) {
 	if err := os.MkdirAll(d.root, layoutMode); err != nil {
-		return fmt.Errorf("mount pool: %w", err)
+		return false, fmt.Errorf("mount pool: %w", err)
 	}
 	m, ours, err := d.rootMount()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ours {
-		return remountFlags(d.root, m, btrfsMountFlags)
+		return true, remountFlags(d.root, m, btrfsMountFlags)
 	}
 	if m != nil {
-		return fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
+		return false, fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
+	}
+	return false, nil
+}
+
+// mountImage mounts the pool image at Root unless it is mounted there.
+func (d *btrfsDriver) mountImage() error {
+	if done, err := d.mountedAlready(); done || err != nil {
+		return err
 	}
 	dev, err := d.loopDevice()
 	if err != nil {
@@ -192,18 +202,8 @@ func (d *btrfsDriver) mountImage() error {
 // there, with the loop-backed pool's options. The device must hold btrfs
 // already: the kernel refuses anything else, and nothing here formats.
 func (d *btrfsDriver) mountDevice() error {
-	if err := os.MkdirAll(d.root, layoutMode); err != nil {
-		return fmt.Errorf("mount pool: %w", err)
-	}
-	m, ours, err := d.rootMount()
-	if err != nil {
+	if done, err := d.mountedAlready(); done || err != nil {
 		return err
-	}
-	if ours {
-		return remountFlags(d.root, m, btrfsMountFlags)
-	}
-	if m != nil {
-		return fmt.Errorf("mount pool at %s: %s from %s is mounted there already", d.root, m.FSType, m.Source)
 	}
 	if err := unix.Mount(d.device, d.root, "btrfs", btrfsMountFlags, btrfsMountData); err != nil {
 		return fmt.Errorf("mount pool device %s at %s: %w", d.device, d.root, err)
