@@ -53,13 +53,13 @@ func Build() (string, error) {
 		}
 		return dir, nil
 	}
-	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := RepoRoot()
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", err
 	}
 	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
-	build.Dir = filepath.Dir(strings.TrimSpace(string(mod)))
+	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("build: %w\n%s", err, out)
