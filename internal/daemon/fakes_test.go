@@ -166,6 +166,27 @@ func (f *fakeRuntime) Restore(ctx context.Context, id, bundle string, o runtime.
 	return f.createLocked(id, f.restoreErr)
 }
 
+func (f *fakeRuntime) PrepareRestore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Restorer, error) {
+	f.mu.Lock()
+	f.record("PrepareRestore %s", id)
+	f.mu.Unlock()
+	return &fakeRestorer{f: f, id: id, bundle: bundle, o: o}, nil
+}
+
+// fakeRestorer is a prepared restore of the fake runtime: Run is Restore.
+type fakeRestorer struct {
+	f      *fakeRuntime
+	id     string
+	bundle string
+	o      runtime.RestoreOptions
+}
+
+func (r *fakeRestorer) Run(ctx context.Context) (runtime.Process, error) {
+	return r.f.Restore(ctx, r.id, r.bundle, r.o)
+}
+
+func (r *fakeRestorer) Abort() {}
+
 func (f *fakeRuntime) createLocked(id string, injected error) (runtime.Process, error) {
 	if injected != nil {
 		return runtime.Process{}, injected

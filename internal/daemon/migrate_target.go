@@ -103,6 +103,7 @@ type migrationTarget struct {
 	// prep is the live restore's preparation (network, bundle), made
 	// before the source freezes.
 	prep *prepared
+	rst  runtime.Restorer // the live restore, prepared with prep
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -208,6 +209,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 			return err
 		}
 		r.Add(m.prep.abort)
+		if err := m.prepareRestore(ctx, r); err != nil {
+			return err
+		}
 	}
 	if err := sess.Send(migration.Message{Type: migration.MsgAccepted, Address: inst.record().Address}); err != nil {
 		return err
@@ -357,14 +361,9 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	defer cancel()
 	err := d.launchPrepared(ctx, m.prep, func(bundle, logPath string) (runtime.Process, error) {
 		defer func() {
-			d.log.Debug("migration target: runc restore returned", "name", m.name, "after", time.Since(t0))
+			d.log.Debug("migration target: CRIU restore returned", "name", m.name, "after", time.Since(t0))
 		}()
-		return d.rt.Restore(rctx, m.name, bundle, runtime.RestoreOptions{
-			StartOptions: runtime.StartOptions{LogPath: logPath},
-			ImagePath:    m.images, WorkPath: m.work, LazyPages: lazy, TCPEstablished: true,
-			Hang:  m.d.fault(faultRestore) == "hang",
-			IDMap: runIDMap(m.prep.inst.record()), Untrusted: true,
-		})
+		return m.rst.Run(rctx)
 	}, also)
 	if err != nil && lp != nil {
 		lp.Kill()
@@ -374,6 +373,25 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 		err = fmt.Errorf("the restore did not finish within %s and was stopped: %w", d.cfg.RestoreTimeout, err)
 	}
 	return err
+}
+
+// prepareRestore starts the restore's CRIU before the source freezes
+// (runtime.PrepareRestore): the frozen window then holds only CRIU's own
+// restore.
+func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter) error {
+	d := m.d
+	rst, err := d.rt.PrepareRestore(ctx, m.name, m.prep.bundle, runtime.RestoreOptions{
+		StartOptions: runtime.StartOptions{LogPath: m.prep.logPath},
+		ImagePath:    m.images, WorkPath: m.work, LazyPages: m.hello.Memory == api.MemoryLazy, TCPEstablished: true,
+		Hang:  d.fault(faultRestore) == "hang",
+		IDMap: runIDMap(m.inst.record()), Untrusted: true,
+	})
+	if err != nil {
+		return fmt.Errorf("prepare the restore: %w", err)
+	}
+	m.rst = rst
+	r.Add(rst.Abort)
+	return nil
 }
 
 // finish waits for the post-copy to end (lazy) and for the source to

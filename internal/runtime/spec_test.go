@@ -205,3 +205,52 @@ func TestEmptyDirMasksDirectoriesWithBinds(t *testing.T) {
 		t.Errorf("no read-only bind mount over /sys/firmware: %+v", s.Mounts)
 	}
 }
+
+// TestRestoreRequest checks the direct restore's request against what
+// runc's Restore asks of CRIU for the same bundle.
+func TestRestoreRequest(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	s, err := GenerateSpec(SpecOptions{
+		ID: "c1", Hostname: "c1", Rootfs: "/var/lib/vessel/c1", Args: []string{"/sbin/init"},
+		Netns: "/run/vessel/netns/c1", CgroupsPath: "/vessel/c1", EmptyDir: "/run/vessel/empty",
+		ExtraMounts: []specs.Mount{{Destination: "/data", Type: "bind", Source: "/srv/data", Options: []string{"rbind"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBundle(bundle, s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := libcontainerConfig("c1", bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.Labels, "bundle="+bundle) {
+		t.Errorf("labels %q lack the bundle", cfg.Labels)
+	}
+	opts, err := restoreRequest(cfg, map[string]string{"memory": "/vessel/c1", "": "/vessel/c1"},
+		RestoreOptions{TCPEstablished: true, LazyPages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.GetRstSibling() || !opts.GetTcpEstablished() || !opts.GetLazyPages() || !opts.GetManageCgroups() {
+		t.Errorf("flags %v", opts)
+	}
+	ext := map[string]string{}
+	for _, m := range opts.GetExtMnt() {
+		ext[m.GetKey()] = m.GetVal()
+	}
+	if ext["/data"] != "/srv/data" || ext["/dev/null"] != "/dev/null" {
+		t.Errorf("external mounts %v", ext)
+	}
+	if len(opts.GetJoinNs()) != 0 {
+		t.Errorf("joins %v: the netns is inherited, the rest are CRIU's", opts.GetJoinNs())
+	}
+	if in := opts.GetInheritFd(); len(in) != 1 || in[0].GetKey() != restoreNetnsKey || in[0].GetFd() != criuInheritedFd {
+		t.Errorf("inherited %v", in)
+	}
+	if roots := opts.GetCgRoot(); len(roots) != 2 || roots[0].GetCtrl() != "" || roots[1].GetPath() != "/vessel/c1" {
+		t.Errorf("cgroup roots %v", roots)
+	}
+}

@@ -37,14 +37,13 @@ type RestoreOptions struct {
 	// restore.log (default: ImagePath).
 	ImagePath string
 	WorkPath  string
-	// LazyPages restores memory on demand from PageServer (addr:port).
-	LazyPages  bool
-	PageServer string
+	// LazyPages restores memory on demand from a lazy-pages daemon
+	// (StartLazyPages) on WorkPath.
+	LazyPages bool
 	// TCPEstablished restores established TCP connections.
 	TCPEstablished bool
-	// ExtraArgs are appended to runc restore's options.
-	ExtraArgs []string
-	// Hang is fault injection for tests: the shim never runs runc.
+	// Hang is fault injection for tests: CRIU is never asked, the restore
+	// waits for its context.
 	Hang bool
 	// IDMap is an unprivileged container's map: its restored tasks read
 	// some images as the container's root, so ImagePath is shared with
@@ -68,47 +67,14 @@ func (r *Runtime) Start(ctx context.Context, id, bundle string, o StartOptions) 
 }
 
 // Restore brings a checkpointed container back under a new shim, like
-// Start. The container's previous shim must have exited (see Watch).
+// Start: a direct restore (PrepareRestore) run at once. The container's
+// previous shim must have exited (see Watch).
 func (r *Runtime) Restore(ctx context.Context, id, bundle string, o RestoreOptions) (Process, error) {
-	if r.cfg.Criu == "" {
-		return Process{}, fmt.Errorf("restore %s: %w", id, ErrNoCRIU)
-	}
-	if !filepath.IsAbs(o.ImagePath) || (o.WorkPath != "" && !filepath.IsAbs(o.WorkPath)) {
-		return Process{}, fmt.Errorf("%w: restore needs absolute image and work paths", ErrInvalid)
-	}
-	if m := o.IDMap; m != nil {
-		if o.Untrusted {
-			if err := CheckUserns(o.ImagePath, *m); err != nil {
-				return Process{}, err
-			}
-		}
-		if err := ShareImages(o.ImagePath, *m); err != nil {
-			return Process{}, err
-		}
-	}
-	c, err := r.shimConfig(id, bundle, shim.ActionRestore, o.StartOptions)
+	p, err := r.prepareRestore(ctx, id, bundle, o)
 	if err != nil {
 		return Process{}, err
 	}
-	c.Criu = r.cfg.Criu
-	c.Restore = &shim.RestoreConfig{
-		ImagePath:      o.ImagePath,
-		WorkPath:       o.WorkPath,
-		LazyPages:      o.LazyPages,
-		PageServer:     o.PageServer,
-		TCPEstablished: o.TCPEstablished,
-		ExtraArgs:      o.ExtraArgs,
-		Hang:           o.Hang,
-	}
-	p, err := r.launch(ctx, c)
-	if errors.Is(err, ErrStart) {
-		work := o.WorkPath
-		if work == "" {
-			work = o.ImagePath
-		}
-		err = fmt.Errorf("%w%s", err, criuLogErrors(filepath.Join(work, "restore.log")))
-	}
-	return p, err
+	return p.Run(ctx)
 }
 
 func (r *Runtime) shimConfig(id, bundle string, action shim.Action, o StartOptions) (*shim.Config, error) {
@@ -140,27 +106,10 @@ func (r *Runtime) shimConfig(id, bundle string, action shim.Action, o StartOptio
 // launch prepares the state directory, starts the shim and waits for its
 // report.
 func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
-	if err := r.checkFree(ctx, c.ID); err != nil {
-		return Process{}, err
-	}
-	dir := r.dir(c.ID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Process{}, fmt.Errorf("create state directory: %w", err)
-	}
-	// Files of a previous run would confuse Watch.
-	for _, f := range []string{shim.ExitFile, shim.ShimPidFile, shim.InitPidFile} {
-		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return Process{}, fmt.Errorf("clean state directory: %w", err)
-		}
-	}
-	if err := shim.WriteConfig(dir, c); err != nil {
-		return Process{}, err
-	}
-	cmd, report, err := r.startShim(dir)
+	cmd, reports, err := r.startShimFor(ctx, c)
 	if err != nil {
 		return Process{}, err
 	}
-	reports := readReport(report)
 	var res reportResult
 	select {
 	case res = <-reports:
@@ -180,6 +129,33 @@ func (r *Runtime) launch(ctx context.Context, c *shim.Config) (Process, error) {
 	}
 	r.moveShim(c.ID, cmd.Process.Pid)
 	return Process{ShimPid: cmd.Process.Pid, InitPid: res.rep.InitPid}, nil
+}
+
+// startShimFor prepares the state directory of c's container, starts its
+// shim with c (and extra as its fds 4, 5, ...) and returns the shim's
+// reports.
+func (r *Runtime) startShimFor(ctx context.Context, c *shim.Config, extra ...*os.File) (*exec.Cmd, <-chan reportResult, error) {
+	if err := r.checkFree(ctx, c.ID); err != nil {
+		return nil, nil, err
+	}
+	dir := r.dir(c.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create state directory: %w", err)
+	}
+	// Files of a previous run would confuse Watch.
+	for _, f := range []string{shim.ExitFile, shim.ShimPidFile, shim.InitPidFile} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("clean state directory: %w", err)
+		}
+	}
+	if err := shim.WriteConfig(dir, c); err != nil {
+		return nil, nil, err
+	}
+	cmd, report, err := r.startShim(dir, extra...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmd, readReport(report), nil
 }
 
 // moveShim moves a shim whose container runs into Config.ShimCgroup. It
@@ -248,7 +224,7 @@ func (r *Runtime) removeRuncDebris(id string) error {
 
 // startShim starts vessel-shim in its own session with /dev/null as stdio
 // and the write end of the report pipe as fd 3; it returns the read end.
-func (r *Runtime) startShim(dir string) (*exec.Cmd, *os.File, error) {
+func (r *Runtime) startShim(dir string, extra ...*os.File) (*exec.Cmd, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -257,7 +233,7 @@ func (r *Runtime) startShim(dir string) (*exec.Cmd, *os.File, error) {
 	cmd := exec.Command(r.cfg.Shim, filepath.Join(dir, shim.ConfigFile))
 	cmd.Dir = "/" // hold no daemon directory busy
 	cmd.Env = shimEnv()
-	cmd.ExtraFiles = []*os.File{pw} // fd 3 = shim.ReportFd
+	cmd.ExtraFiles = append([]*os.File{pw}, extra...) // fd 3 = shim.ReportFd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
@@ -286,16 +262,23 @@ type reportResult struct {
 	err error
 }
 
-// readReport reads the shim's report from f in the background and closes f.
+// readReport reads the shim's reports from f in the background (a direct
+// restore's shim sends two, see shim.Report) and closes f; the end of the
+// pipe comes as a last result with an error.
 func readReport(f *os.File) <-chan reportResult {
-	ch := make(chan reportResult, 1)
+	ch := make(chan reportResult, 3)
 	go func() {
 		defer f.Close()
-		var res reportResult
-		if err := json.NewDecoder(f).Decode(&res.rep); err != nil {
-			res.err = fmt.Errorf("shim exited without a report (see its console log): %w", err)
+		dec := json.NewDecoder(f)
+		for range 2 {
+			var res reportResult
+			if err := dec.Decode(&res.rep); err != nil {
+				ch <- reportResult{err: fmt.Errorf("shim exited without a report (see its console log): %w", err)}
+				return
+			}
+			ch <- res
 		}
-		ch <- res
+		ch <- reportResult{err: errors.New("shim reported too much")}
 	}()
 	return ch
 }

@@ -9,8 +9,10 @@
 //     behind when "runc run --detach" returns, is re-parented to it;
 //  3. gives the container two pipes as stdout and stderr (stdin is
 //     /dev/null) and copies them into the console log, rotated at LogMax;
-//  4. runs "runc run --detach" (ActionCreate) or "runc restore --detach"
-//     (ActionRestore) and writes a Report, {"init_pid":N} or
+//  4. runs "runc run --detach" (ActionCreate), or for a restore
+//     (ActionRestore) starts "criu swrk", reports {"criu_pid":N} and takes
+//     init's pid from the daemon, which drives CRIU (RestoreConfig); then
+//     writes a Report, {"init_pid":N} or
 //     {"error":"..."}, on fd 3, then closes it; on failure it force-deletes
 //     whatever runc left and exits 1;
 //  5. reaps children until init exits, writes exit.json (ExitRecord),

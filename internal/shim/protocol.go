@@ -35,6 +35,17 @@ const (
 // daemon passes a pipe there (os/exec ExtraFiles[0]).
 const ReportFd = 3
 
+// For a direct restore (RestoreConfig.Direct), CriuFd and NetnsFd are
+// CRIU's end of its RPC socket and the container's network namespace,
+// which the shim passes on to criu swrk as its fds 3 and 4, and InitFd
+// the read end of a pipe on which the daemon writes init's pid (decimal)
+// once CRIU has restored the tasks, or which it closes on a failure.
+const (
+	CriuFd  = 4
+	NetnsFd = 5
+	InitFd  = 6
+)
+
 // DefaultLogMax is the size at which the console log is rotated when
 // Config.LogMax is zero.
 const DefaultLogMax = 1 << 20
@@ -46,7 +57,8 @@ type Action string
 const (
 	// ActionCreate runs a new container: runc run --detach.
 	ActionCreate Action = "create"
-	// ActionRestore restores a checkpointed container: runc restore --detach.
+	// ActionRestore restores a checkpointed container: CRIU, driven by the
+	// daemon (RestoreConfig).
 	ActionRestore Action = "restore"
 )
 
@@ -62,8 +74,7 @@ type Config struct {
 	// Runc is the runc binary, Root its --root.
 	Runc string `json:"runc"`
 	Root string `json:"root"`
-	// Criu is the criu binary runc restores with: its directory comes first
-	// in runc's PATH (restore only).
+	// Criu is the criu binary a restore runs.
 	Criu string `json:"criu,omitempty"`
 	// LogPath is the console log; LogMax its rotation size in bytes.
 	LogPath string `json:"log_path"`
@@ -72,22 +83,21 @@ type Config struct {
 	Restore *RestoreConfig `json:"restore,omitempty"`
 }
 
-// RestoreConfig holds the arguments of runc restore.
+// RestoreConfig describes a restore. There is no runc in it: the shim
+// starts `criu swrk` at once and reports its pid (Report.CriuPid); the
+// daemon drives the restore over the socket (CriuFd) and sends init's pid
+// on InitFd. The restored init is the shim's child (CRIU's rst_sibling).
 type RestoreConfig struct {
-	ImagePath      string   `json:"image_path"`
-	WorkPath       string   `json:"work_path"`
-	LazyPages      bool     `json:"lazy_pages,omitempty"`
-	PageServer     string   `json:"page_server,omitempty"`
-	TCPEstablished bool     `json:"tcp_established,omitempty"`
-	ExtraArgs      []string `json:"extra_args,omitempty"`
-	// Hang makes the shim wait forever instead of running runc restore:
-	// fault injection for tests (a restore that never returns).
-	Hang bool `json:"hang,omitempty"`
+	ImagePath string `json:"image_path"`
+	WorkPath  string `json:"work_path"`
 }
 
 // Report is what the shim writes on ReportFd once runc has returned: either
 // the container init's pid or runc's error message.
 type Report struct {
+	// CriuPid comes first, alone, from a direct restore's shim once CRIU
+	// runs; the final report follows.
+	CriuPid int    `json:"criu_pid,omitempty"`
 	InitPid int    `json:"init_pid,omitempty"`
 	Error   string `json:"error,omitempty"`
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -24,19 +26,22 @@ type shim struct {
 	log     *rotatingLog
 	copiers sync.WaitGroup
 	initPid int
+	report  *os.File
 }
 
 // Run is the whole life of a shim whose configuration is at cfgPath. It
 // returns the process exit code: 0 after the container's init has exited and
 // been recorded, non-zero when the container could not be started.
 func Run(cfgPath string) int {
-	// fd 3 is inherited without close-on-exec; keep it out of runc (and so
-	// out of the container).
-	syscall.CloseOnExec(ReportFd)
+	// fd 3 (and a restore's 4, 5 and 6) are inherited without
+	// close-on-exec; keep them out of runc (and so out of the container).
+	for _, fd := range []int{ReportFd, CriuFd, NetnsFd, InitFd} {
+		syscall.CloseOnExec(fd)
+	}
 	report := os.NewFile(ReportFd, "report")
 	ignoreSignals()
 
-	s, err := start(cfgPath)
+	s, err := start(cfgPath, report)
 	if err != nil {
 		sendReport(report, Report{Error: err.Error()})
 		return 1
@@ -58,12 +63,12 @@ func sendReport(f *os.File, r Report) {
 }
 
 // start brings the container up and returns once runc has returned.
-func start(cfgPath string) (*shim, error) {
+func start(cfgPath string, report *os.File) (*shim, error) {
 	cfg, err := ReadConfig(cfgPath)
 	if err != nil {
 		return nil, err
 	}
-	s := &shim{cfg: cfg, dir: filepath.Dir(cfgPath)}
+	s := &shim{cfg: cfg, dir: filepath.Dir(cfgPath), report: report}
 	s.runc = &gorunc.Runc{
 		Command:   cfg.Runc,
 		Root:      cfg.Root,
@@ -136,7 +141,7 @@ func (s *shim) verb() string {
 	return "run"
 }
 
-// runContainer runs "runc run --detach" or "runc restore --detach".
+// runContainer runs "runc run --detach", or a restore's CRIU.
 func (s *shim) runContainer(ctx context.Context, stdio *stdio) error {
 	pidFile := filepath.Join(s.dir, InitPidFile)
 	os.Remove(pidFile)
@@ -146,24 +151,39 @@ func (s *shim) runContainer(ctx context.Context, stdio *stdio) error {
 		})
 		return err
 	}
-	r := s.cfg.Restore
-	if r.Hang {
-		select {} // until killed
+	return s.runCriu(stdio)
+}
+
+// runCriu runs a restore's criu swrk with the container's stdio,
+// the daemon's RPC socket (fd 3) and the container's netns (fd 4), tells
+// the daemon CRIU's pid (it moves CRIU into the container's cgroup before
+// it sends the request) and waits for init's pid from the daemon, which
+// it records as runc's --pid-file would be.
+func (s *shim) runCriu(stdio *stdio) error {
+	initPipe := os.NewFile(InitFd, "init")
+	defer initPipe.Close()
+	cmd := exec.Command(s.cfg.Criu, "swrk", "3")
+	stdio.Set(cmd)
+	cmd.ExtraFiles = []*os.File{os.NewFile(CriuFd, "criu"), os.NewFile(NetnsFd, "netns")}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start criu: %w", err)
 	}
-	_, err := s.runc.Restore(ctx, s.cfg.ID, s.cfg.Bundle, &gorunc.RestoreOpts{
-		CheckpointOpts: gorunc.CheckpointOpts{
-			ImagePath:      r.ImagePath,
-			WorkDir:        r.WorkPath,
-			LazyPages:      r.LazyPages,
-			CriuPageServer: r.PageServer,
-			AllowOpenTCP:   r.TCPEstablished,
-		},
-		IO:        stdio,
-		Detach:    true,
-		PidFile:   pidFile,
-		ExtraArgs: r.ExtraArgs,
-	})
-	return err
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	json.NewEncoder(s.report).Encode(Report{CriuPid: cmd.Process.Pid}) //nolint:errcheck // the daemon's hang-up ends CRIU
+	var pid int
+	_, perr := fmt.Fscan(initPipe, &pid)
+	werr := cmd.Wait()
+	if perr != nil || pid <= 0 {
+		return fmt.Errorf("CRIU restore did not complete (criu: %w)", werr)
+	}
+	// As runc writes its --pid-file: the number alone, renamed into place.
+	pidFile := filepath.Join(s.dir, InitPidFile)
+	if err := os.WriteFile(pidFile+".tmp", []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(pidFile+".tmp", pidFile)
 }
 
 // monitor reaps children until init exits, records the exit and waits for
