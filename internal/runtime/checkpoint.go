@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vesselhost/vessel/internal/imgstream"
 )
@@ -140,6 +141,11 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 	st, direct := r.readRuncState(id)
 	if direct == nil {
 		c.req, direct = dumpRequest(st, o, c.lazy.opts())
+	}
+	if direct == nil {
+		if yard := r.cgroupYard(); yard != "" {
+			c.req.CgroupYard = proto.String(yard)
+		}
 	}
 	switch {
 	case errors.Is(direct, errNoDirectDump) && o.Lazy:

@@ -54,6 +54,8 @@ type Runtime struct {
 
 	usernsMu sync.Mutex
 	userns   map[IDMap]*os.File // PrepareIDMap's user namespaces
+	yardOnce sync.Once
+	yard     string // CRIU's cgroup yard (cgroupYard)
 }
 
 // Status is a container's state as runc reports it.
