@@ -93,6 +93,32 @@ func TestSessionMessagesAndStreams(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("session not closed after the peer went away")
 	}
+	if !c.PeerGone() || s.PeerGone() {
+		t.Fatalf("peer gone: %v at the end left alone, %v at the end that closed", c.PeerGone(), s.PeerGone())
+	}
+	c.Close() // after the fact: the peer stays the cause
+	if !c.PeerGone() {
+		t.Fatal("closing a session the peer ended hides that it went away")
+	}
+}
+
+// TestPeerGoneNotOnOwnClose: a session this end closes, itself or by
+// Recv's ended context, is not one whose peer went away.
+func TestPeerGoneNotOnOwnClose(t *testing.T) {
+	c, _ := pair(t)
+	if c.PeerGone() {
+		t.Fatal("peer gone on a live session")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var m Message
+	if err := c.Recv(ctx, &m); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Recv with an ended context: %v", err)
+	}
+	<-c.Closed()
+	if c.PeerGone() {
+		t.Fatal("peer gone after this end closed the session")
+	}
 }
 
 func TestDirRoundTrip(t *testing.T) {

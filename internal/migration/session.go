@@ -22,6 +22,9 @@ type Session struct {
 	in  *capReader // under dec: counts each message's bytes
 	// wmu serialises control writes (progress may be sent from goroutines).
 	wmu sync.Mutex
+	// local: this end closed the session (Close, or Recv's ended
+	// context) while it was still up.
+	local atomic.Bool
 }
 
 func muxConfig() *yamux.Config {
@@ -223,5 +226,25 @@ func (s *Session) Linger(d time.Duration) {
 	_ = s.Close()
 }
 
+// PeerGone says whether the session ended without this end closing it:
+// the peer closed it or died, or the connection broke or stopped
+// answering (yamux's keep-alive and write timeout). False while the
+// session is up, and after Close ended it.
+func (s *Session) PeerGone() bool {
+	select {
+	case <-s.mux.CloseChan():
+		return !s.local.Load()
+	default:
+		return false
+	}
+}
+
 // Close ends the session and its connection.
-func (s *Session) Close() error { return s.mux.Close() }
+func (s *Session) Close() error {
+	select {
+	case <-s.mux.CloseChan(): // ended already: whoever ended it stays the cause
+	default:
+		s.local.Store(true)
+	}
+	return s.mux.Close()
+}
