@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -159,5 +160,27 @@ func TestMessageTooLong(t *testing.T) {
 	err := s.Recv(context.Background(), &m)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("got %v, want ErrProtocol", err)
+	}
+}
+
+// TestReported: the error a peer sent just before it closed is found in
+// what was left unread; nothing is read from a live session.
+func TestReported(t *testing.T) {
+	c, s := pair(t)
+	if err := c.Reported(); err != nil {
+		t.Fatalf("live session: %v", err)
+	}
+	if err := s.Send(Message{Type: MsgDiskSynced}); err != nil {
+		t.Fatal(err)
+	}
+	s.SendError(errors.New("image budget exceeded"))
+	s.Close()
+	<-c.Closed()
+	err := c.Reported()
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "image budget exceeded") {
+		t.Fatalf("reported: %v", err)
+	}
+	if err := c.Reported(); err != nil {
+		t.Fatalf("reported twice: %v", err)
 	}
 }

@@ -239,6 +239,29 @@ func (s *Session) PeerGone() bool {
 	}
 }
 
+// Reported returns the error the peer reported just before the session
+// ended, if it is among the control messages this end has not read (a
+// peer that fails sends its error, then closes), or nil. It reads nothing
+// while the session is up; once it has ended it reads only what had
+// arrived, so it does not block. Nothing else may be reading meanwhile.
+func (s *Session) Reported() error {
+	select {
+	case <-s.mux.CloseChan():
+	default:
+		return nil
+	}
+	for {
+		var m Message
+		s.in.n.Store(0)
+		if err := s.dec.Decode(&m); err != nil {
+			return nil
+		}
+		if m.Type == MsgError {
+			return fmt.Errorf("%w: %s", ErrRemote, m.Error)
+		}
+	}
+}
+
 // Close ends the session and its connection.
 func (s *Session) Close() error {
 	select {
