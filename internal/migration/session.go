@@ -250,16 +250,20 @@ func (s *Session) Reported() error {
 	default:
 		return nil
 	}
-	for {
-		var m Message
-		s.in.n.Store(0)
-		if err := s.dec.Decode(&m); err != nil {
-			return nil
-		}
+	// Up to the end of what had arrived.
+	for m := (Message{}); s.decodeNext(&m); m = (Message{}) {
 		if m.Type == MsgError {
 			return fmt.Errorf("%w: %s", ErrRemote, m.Error)
 		}
 	}
+	return nil
+}
+
+// decodeNext decodes the next control message into m, and says whether
+// there was one.
+func (s *Session) decodeNext(m *Message) bool {
+	s.in.n.Store(0)
+	return s.dec.Decode(m) == nil
 }
 
 // Close ends the session and its connection.
