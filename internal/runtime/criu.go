@@ -100,7 +100,7 @@ func (s *criuService) call(typ rpc.CriuReqType, opts *rpc.CriuOpts) error {
 	}
 	switch {
 	case !resp.GetSuccess():
-		return fmt.Errorf("operation failed (msg:%s err:%d)", resp.GetCrErrmsg(), resp.GetCrErrno())
+		return &criuRequestError{msg: resp.GetCrErrmsg(), errno: resp.GetCrErrno()}
 	case resp.GetType() != typ:
 		return fmt.Errorf("criu answered %s to %s", resp.GetType(), typ)
 	}

@@ -2,11 +2,13 @@ package runtime
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // A CRIU log is read here, and only here, when a CRIU run failed: which
@@ -143,4 +145,37 @@ func criuLogErrors(path string) string {
 		return ""
 	}
 	return r.String()
+}
+
+// criuRequestError is CRIU's answer to a request that failed: its errno,
+// if any, and its message, which is the first error CRIU logged (often
+// the rlimit noise: then it is left out).
+type criuRequestError struct {
+	msg   string
+	errno int32
+}
+
+func (e *criuRequestError) Error() string {
+	s := "criu failed"
+	if e.errno != 0 {
+		s += ": " + syscall.Errno(e.errno).Error()
+	}
+	if kind, msg := classifyCriuLine(strings.TrimSpace(e.msg)); kind == criuLineError || kind == criuLineSummary {
+		s += ": " + msg
+	} else if kind == criuLineInfo && strings.TrimSpace(e.msg) != "" {
+		s += ": " + strings.TrimSpace(e.msg)
+	}
+	return s
+}
+
+// criuFailure is err, a failed CRIU request's, with what the CRIU log at
+// path says appended (criuLogErrors); the log's cause replaces CRIU's own
+// message, which repeats it (or is noise).
+func criuFailure(err error, path string) error {
+	report := criuLogErrors(path)
+	var rerr *criuRequestError
+	if errors.As(err, &rerr) && strings.HasPrefix(report, ": ") {
+		err = &criuRequestError{errno: rerr.errno}
+	}
+	return fmt.Errorf("%w%s", err, report)
 }

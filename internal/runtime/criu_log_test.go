@@ -95,3 +95,27 @@ func TestCriuLogMissing(t *testing.T) {
 		t.Errorf("empty log quoted as %q", out)
 	}
 }
+
+// TestCriuRequestError: CRIU's answer to a failed request carries the
+// first error it logged, here (as on every unprivileged run) the rlimit
+// noise: it never leads the error; the log's cause does.
+func TestCriuRequestError(t *testing.T) {
+	// As CRIU 4.1.1 answered a dump that found a zombie.
+	noise := &criuRequestError{msg: "Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted\n"}
+	if got := noise.Error(); got != "criu failed" {
+		t.Errorf("noise message: %q", got)
+	}
+	cause := &criuRequestError{msg: "Error (criu/seize.c:335): zombie 17986 (comm undumpable) found while seizing\n", errno: 3}
+	if got, want := cause.Error(), "criu failed: no such process: zombie 17986 (comm undumpable) found while seizing (criu/seize.c:335)"; got != want {
+		t.Errorf("real message: %q, want %q", got, want)
+	}
+	err := criuFailure(noise, filepath.Join("testdata", "criu", "dump-pages-reader-gone.log"))
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	if want := "criu failed: page-xfer: Unable to spice data: Broken pipe (criu/page-xfer.c:263)"; first != want {
+		t.Errorf("first line %q, want %q", first, want)
+	}
+	// Without a log, CRIU's own message is all there is.
+	if got := criuFailure(cause, filepath.Join(t.TempDir(), "none.log")).Error(); got != cause.Error() {
+		t.Errorf("without a log: %q", got)
+	}
+}
