@@ -25,6 +25,7 @@ const (
 	movePhaseDisk        = "disk transfer"
 	movePhaseStartTarget = "start on the target"
 	movePhasePrecopy     = "disk pre-copy"
+	movePhaseDumpPrepare = "checkpoint preparation"
 	movePhaseFreeze      = "freeze"
 	movePhaseMemory      = "memory copy" // a copy-mode dump: the pages stream to the target
 	movePhaseCheckpoint  = "checkpoint"  // a lazy dump: everything but the pages

@@ -286,6 +286,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	// Everything CRIU can do while the container runs is done first.
 	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})
+	m.phase = movePhaseDumpPrepare
 	o := runtime.CheckpointOptions{ImagePath: images, WorkPath: work, TCPEstablished: true, Lazy: lazy}
 	if !lazy {
 		// Copy mode: the memory pages go to the target as CRIU writes them,
