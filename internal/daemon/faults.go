@@ -17,6 +17,7 @@ import (
 //	migrate.target.recv-disk       the target receives a disk transfer
 //	migrate.target.before-restore  the target is told to start the container
 //	migrate.target.restore         the target restores the container
+//	migrate.target.recv-pages      the first memory page file of a copy-mode dump arrives
 //	migrate.source.frozen          the source has checkpointed the container
 //	migrate.source.started         the source has told the target to start it
 //	migrate.target.reserved        the target has reserved the name (record and journal)
@@ -34,6 +35,7 @@ const (
 	faultRecvDisk        = "migrate.target.recv-disk"
 	faultBeforeRestore   = "migrate.target.before-restore"
 	faultRestore         = "migrate.target.restore"
+	faultRecvPages       = "migrate.target.recv-pages"
 	faultSourceFrozen    = "migrate.source.frozen"
 	faultSourceStarted   = "migrate.source.started"
 	faultTargetReserved  = "migrate.target.reserved"

@@ -78,6 +78,7 @@ type migrationSource struct {
 	op     *operations.Operation
 	inst   *instance
 	name   string
+	target string // the target host's name
 	req    api.InstanceMigratePost
 	sess   *migration.Session
 	timing api.MigrationTiming
@@ -98,6 +99,12 @@ type migrationSource struct {
 	linkDown bool
 	// downSince is when a cold move stopped the container.
 	downSince time.Time
+	// phase is where the move is (movePhase...), for a failure's error.
+	phase string
+	// What a failure's handling did: thawing, bringing the link up,
+	// restarting after a cold move (restarted) failed with these.
+	thawErr, linkErr, restartErr error
+	restarted                    bool
 	// journal records the move's progress for a daemon restarted in the
 	// middle (state.Migration); unsettled means the outcome is unknown
 	// and left to settleOutgoing.
@@ -110,12 +117,15 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 	if err != nil {
 		return err
 	}
-	m := &migrationSource{d: d, op: op, inst: inst, name: name, req: req, fz: &freezer{d: d, name: name}}
+	m := &migrationSource{d: d, op: op, inst: inst, name: name, target: peer.Name, req: req,
+		fz: &freezer{d: d, name: name}, phase: movePhasePrepare}
 	defer func() {
 		if !m.handOff(release) {
 			release()
 		}
 	}()
+	// After cleanup (deferred below), which settles the container's state.
+	defer func() { err = m.failure(ctx, err) }()
 	if req.Live && req.Memory == api.MemoryAuto {
 		req.Memory = d.autoMemoryMode(name)
 		m.req = req
@@ -141,6 +151,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		// Cold move: stop first; a failure starts it again here. The
 		// downtime runs from here until it runs on the target.
 		op.SetMetadata(map[string]any{"phase": "stop"})
+		m.phase = movePhaseStop
 		m.downSince = time.Now()
 		if err := d.stopLocked(ctx, inst, false, d.cfg.StopTimeout); err != nil {
 			return err
@@ -148,9 +159,8 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		m.timing.SuspendDump = migration.Seconds(time.Since(m.downSince))
 		defer func() {
 			if err != nil && !m.committed {
-				if serr := d.startLocked(context.WithoutCancel(ctx), inst); serr != nil {
-					err = fmt.Errorf("%w (and restarting it here failed: %w)", err, serr)
-				}
+				m.restartErr = d.startLocked(context.WithoutCancel(ctx), inst)
+				m.restarted = m.restartErr == nil
 			}
 		}()
 	}
@@ -169,6 +179,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 			m.sess.SendError(err)
 		}
 	}()
+	m.phase = movePhaseSnapshots
 	if err = m.sendSnapshots(ctx, snaps); err != nil {
 		return err
 	}
@@ -191,6 +202,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunning bool, snapshots int) (err error) {
 	d, req := m.d, m.req
 	m.op.SetMetadata(map[string]any{"phase": "connect", "target": peer.Name})
+	m.phase = movePhaseConnect
 	conn, err := d.peerAPIFor(peer).Upgrade(ctx, "/1.0/migration", migration.UpgradeProtocol)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", peer.Name, err)
@@ -225,6 +237,7 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 // it; a move then deletes the source.
 func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	t0 := time.Now()
+	m.phase = movePhaseDisk
 	if freeze {
 		if err := m.fz.freeze(ctx); err != nil {
 			return err
@@ -237,6 +250,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 		_, _ = m.fz.thaw() // logged
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
+	m.phase = movePhaseStartTarget
 	if err := m.startOnTarget(); err != nil {
 		return err
 	}
@@ -257,6 +271,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 func (m *migrationSource) live(ctx context.Context) error {
 	d := m.d
 	t0 := time.Now()
+	m.phase = movePhasePrecopy
 	if err := m.precopy(ctx); err != nil {
 		return err
 	}
@@ -271,6 +286,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	// Everything CRIU can do while the container runs is done first.
 	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})
+	m.phase = movePhaseDumpPrepare
 	o := runtime.CheckpointOptions{ImagePath: images, WorkPath: work, TCPEstablished: true, Lazy: lazy}
 	if !lazy {
 		// Copy mode: the memory pages go to the target as CRIU writes them,
@@ -302,6 +318,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	// Frozen from here until the target resumes.
 	freezeAt := time.Now()
+	m.phase = movePhaseFreeze
 	if err := m.fz.freeze(ctx); err != nil {
 		return err
 	}
@@ -325,21 +342,28 @@ func (m *migrationSource) live(ctx context.Context) error {
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
 	tck := time.Now()
+	m.phase = movePhaseMemory
+	if lazy {
+		m.phase = movePhaseCheckpoint
+	}
 	err = ck.Run()
 	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
 	d.log.Debug("migration source: final disk", "name", m.name, "took", disk.d)
 	if err != nil {
-		return err
+		// The disk's step may have read why the target ended it.
+		return withPeerReport(err, disk.err)
 	}
 	d.crashAt(faultSourceFrozen)
 	m.timing.SuspendDump = migration.Seconds(time.Since(freezeAt))
 	if disk.err != nil {
+		m.phase = movePhaseFinalDisk
 		return disk.err
 	}
 	m.timing.CopyAfterSuspend, m.timing.AfterSuspendBytes = migration.Seconds(disk.d), disk.n
 
 	t2 := time.Now()
+	m.phase = movePhaseImages
 	n, err := m.sendImages(ctx, images, ck.Pages())
 	if err != nil {
 		return err
@@ -348,6 +372,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
+	m.phase = movePhaseRestore
 	if lazy {
 		go m.servePages(ctx, ck.PageConn())
 	}
@@ -371,6 +396,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 func (m *migrationSource) postCopy(ctx context.Context, ck *runtime.Checkpoint) error {
 	t4 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "post-copy"})
+	m.phase = movePhasePostcopy
 	msg, err := m.sess.Expect(ctx, migration.MsgPagesDone)
 	if werr := ck.Wait(); err == nil && werr != nil {
 		err = werr
@@ -381,7 +407,7 @@ func (m *migrationSource) postCopy(ctx context.Context, ck *runtime.Checkpoint) 
 			"name", m.name, "err", err)
 		// The target owns the container now; finish the source side.
 		_ = m.commit(context.WithoutCancel(ctx))
-		return fmt.Errorf("post-copy memory transfer failed after the container resumed on the target (it may crash; use --memory=copy to avoid this trade-off): %w", err)
+		return fmt.Errorf("post-copy memory transfer failed: %w", err)
 	}
 	return m.commit(ctx)
 }

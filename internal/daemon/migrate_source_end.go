@@ -40,7 +40,7 @@ func (m *migrationSource) awaitResumed(ctx context.Context) error {
 	// off) until the target answers; settleOutgoing keeps asking.
 	m.fz.forget()
 	m.linkDown, m.unsettled = false, true
-	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %s stays FROZEN on this host until the target answers, then runs in exactly one place: %w", m.name, err)
+	return fmt.Errorf("connection to the target lost during the restore and the target does not answer: %w", err)
 }
 
 // commit ends the move on the source: the container runs on the target
@@ -78,11 +78,11 @@ func (m *migrationSource) cleanup() {
 		d.undo("remove migration journal", m.name, d.state.DeleteMigration(m.name))
 	}
 	if m.linkDown && !m.committed {
-		if err := d.net.SetHostLink(m.name, true); err != nil {
-			d.log.Error("network unlock after failed migration", "name", m.name, "err", err)
+		if m.linkErr = d.net.SetHostLink(m.name, true); m.linkErr != nil {
+			d.log.Error("network unlock after failed migration", "name", m.name, "err", m.linkErr)
 		}
 	}
-	_, _ = m.fz.thaw() // logged
+	_, m.thawErr = m.fz.thaw() // logged
 	m.closeDisk()
 }
 

@@ -61,6 +61,7 @@ func (m *migrationTarget) receiveImages(ctx context.Context, pages []string) err
 
 // dispatch routes the source's data streams by kind until the session ends.
 func (m *migrationTarget) dispatch(ctx context.Context) {
+	pages := 0
 	for {
 		st, h, err := m.sess.AcceptStream(ctx)
 		if err != nil {
@@ -79,6 +80,15 @@ func (m *migrationTarget) dispatch(ctx context.Context) {
 		case migration.StreamLogs:
 			m.logsCh <- st
 		case migration.StreamPage:
+			if pages++; pages == 1 {
+				// The source's dump is under way, and blocks on this
+				// stream until it is read.
+				if err := m.injectFault(faultRecvPages); err != nil {
+					st.Close()
+					m.abort(err)
+					return
+				}
+			}
 			// At most migrationPageStreams at once: each holds
 			// buffers; more wait here (and so does the peer).
 			select {

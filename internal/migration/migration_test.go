@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,6 +94,32 @@ func TestSessionMessagesAndStreams(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("session not closed after the peer went away")
 	}
+	if !c.PeerGone() || s.PeerGone() {
+		t.Fatalf("peer gone: %v at the end left alone, %v at the end that closed", c.PeerGone(), s.PeerGone())
+	}
+	c.Close() // after the fact: the peer stays the cause
+	if !c.PeerGone() {
+		t.Fatal("closing a session the peer ended hides that it went away")
+	}
+}
+
+// TestPeerGoneNotOnOwnClose: a session this end closes, itself or by
+// Recv's ended context, is not one whose peer went away.
+func TestPeerGoneNotOnOwnClose(t *testing.T) {
+	c, _ := pair(t)
+	if c.PeerGone() {
+		t.Fatal("peer gone on a live session")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var m Message
+	if err := c.Recv(ctx, &m); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Recv with an ended context: %v", err)
+	}
+	<-c.Closed()
+	if c.PeerGone() {
+		t.Fatal("peer gone after this end closed the session")
+	}
 }
 
 func TestDirRoundTrip(t *testing.T) {
@@ -133,5 +160,27 @@ func TestMessageTooLong(t *testing.T) {
 	err := s.Recv(context.Background(), &m)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("got %v, want ErrProtocol", err)
+	}
+}
+
+// TestReported: the error a peer sent just before it closed is found in
+// what was left unread; nothing is read from a live session.
+func TestReported(t *testing.T) {
+	c, s := pair(t)
+	if err := c.Reported(); err != nil {
+		t.Fatalf("live session: %v", err)
+	}
+	if err := s.Send(Message{Type: MsgDiskSynced}); err != nil {
+		t.Fatal(err)
+	}
+	s.SendError(errors.New("image budget exceeded"))
+	s.Close()
+	<-c.Closed()
+	err := c.Reported()
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "image budget exceeded") {
+		t.Fatalf("reported: %v", err)
+	}
+	if err := c.Reported(); err != nil {
+		t.Fatalf("reported twice: %v", err)
 	}
 }

@@ -22,6 +22,9 @@ type Session struct {
 	in  *capReader // under dec: counts each message's bytes
 	// wmu serialises control writes (progress may be sent from goroutines).
 	wmu sync.Mutex
+	// local: this end closed the session (Close, or Recv's ended
+	// context) while it was still up.
+	local atomic.Bool
 }
 
 func muxConfig() *yamux.Config {
@@ -223,5 +226,52 @@ func (s *Session) Linger(d time.Duration) {
 	_ = s.Close()
 }
 
+// PeerGone says whether the session ended without this end closing it:
+// the peer closed it or died, or the connection broke or stopped
+// answering (yamux's keep-alive and write timeout). False while the
+// session is up, and after Close ended it.
+func (s *Session) PeerGone() bool {
+	select {
+	case <-s.mux.CloseChan():
+		return !s.local.Load()
+	default:
+		return false
+	}
+}
+
+// Reported returns the error the peer reported just before the session
+// ended, if it is among the control messages this end has not read (a
+// peer that fails sends its error, then closes), or nil. It reads nothing
+// while the session is up; once it has ended it reads only what had
+// arrived, so it does not block. Nothing else may be reading meanwhile.
+func (s *Session) Reported() error {
+	select {
+	case <-s.mux.CloseChan():
+	default:
+		return nil
+	}
+	// Up to the end of what had arrived.
+	for m := (Message{}); s.decodeNext(&m); m = (Message{}) {
+		if m.Type == MsgError {
+			return fmt.Errorf("%w: %s", ErrRemote, m.Error)
+		}
+	}
+	return nil
+}
+
+// decodeNext decodes the next control message into m, and says whether
+// there was one.
+func (s *Session) decodeNext(m *Message) bool {
+	s.in.n.Store(0)
+	return s.dec.Decode(m) == nil
+}
+
 // Close ends the session and its connection.
-func (s *Session) Close() error { return s.mux.Close() }
+func (s *Session) Close() error {
+	select {
+	case <-s.mux.CloseChan(): // ended already: whoever ended it stays the cause
+	default:
+		s.local.Store(true)
+	}
+	return s.mux.Close()
+}

@@ -257,8 +257,8 @@ func (c *Checkpoint) dump() error {
 		return c.runc()
 	}
 	if err := c.svc.dump(c.req); err != nil {
-		return fmt.Errorf("%w %s: criu dump: %w%s", ErrCheckpoint, c.id, err,
-			criuLogErrors(filepath.Join(c.opts.WorkPath, "dump.log")))
+		return fmt.Errorf("%w %s: criu dump: %w", ErrCheckpoint, c.id,
+			criuFailure(err, filepath.Join(c.opts.WorkPath, "dump.log")))
 	}
 	return nil
 }

@@ -1,15 +1,12 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	gorunc "github.com/containerd/go-runc"
@@ -103,7 +100,7 @@ func (s *criuService) call(typ rpc.CriuReqType, opts *rpc.CriuOpts) error {
 	}
 	switch {
 	case !resp.GetSuccess():
-		return fmt.Errorf("operation failed (msg:%s err:%d)", resp.GetCrErrmsg(), resp.GetCrErrno())
+		return &criuRequestError{msg: resp.GetCrErrmsg(), errno: resp.GetCrErrno()}
 	case resp.GetType() != typ:
 		return fmt.Errorf("criu answered %s to %s", resp.GetType(), typ)
 	}
@@ -199,45 +196,4 @@ func criuPath(criu, path string) string {
 		return filepath.Dir(criu)
 	}
 	return filepath.Dir(criu) + string(os.PathListSeparator) + path
-}
-
-// criuTailLines is how many last lines of a CRIU log an error quotes.
-const criuTailLines = 5
-
-// criuLogErrors returns the error lines of a CRIU log and its last lines,
-// formatted to be appended to an error message, or "" without a log.
-//
-// Not every "Error" line is fatal: without CAP_SYS_RESOURCE every run logs
-// "Error (criu/util.c:...): rlimit: Can't setup RLIMIT_NOFILE for self" and
-// carries on. And not every fatal condition says "Error" (a missing
-// pstree.img only logs "No pstree.img image" before CRIU gives up), so the
-// last lines are quoted too.
-func criuLogErrors(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var lines []string
-	var tail []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		if strings.Contains(l, "Error") {
-			lines = append(lines, l)
-		}
-		if tail = append(tail, l); len(tail) > criuTailLines {
-			tail = tail[1:]
-		}
-	}
-	for _, l := range tail {
-		if !slices.Contains(lines, l) {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("\ncriu log %s (errors, then its end):\n%s", path, strings.Join(lines, "\n"))
 }

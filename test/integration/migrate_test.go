@@ -381,6 +381,13 @@ func TestMigrationCRIURefuses(t *testing.T) {
 		if !strings.Contains(r.Stderr, "checkpoint") || !strings.Contains(r.Stderr, "criu") {
 			t.Errorf("%s: error does not carry CRIU's reason:\n%s", mode, r.Stderr)
 		}
+		// What happened and where the container is, then CRIU's reason,
+		// never the rlimit line every unprivileged CRIU run logs.
+		phase := map[string]string{api.MemoryLazy: "checkpoint", api.MemoryCopy: "memory copy"}[mode]
+		head := "Error: the move of u1 to beta failed during the " + phase + "; u1 keeps running on alpha\n"
+		if !strings.HasPrefix(r.Stderr, head) || !strings.Contains(r.Stderr, "zombie") || strings.Contains(r.Stderr, "RLIMIT_NOFILE") {
+			t.Errorf("%s: error does not start with %q, then CRIU's cause:\n%s", mode, head, r.Stderr)
+		}
 		t.Logf("%s: %s", mode, firstLines(r.Stderr, 6))
 		inst := instanceOn(t, c, "alpha:u1")
 		if inst.Status != api.StatusRunning || inst.PID != pid {
