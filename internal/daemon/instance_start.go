@@ -150,15 +150,17 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		d.undo("kill", name, d.rt.Kill(bg, name))
 		d.undo("delete runtime state", name, d.rt.Delete(bg, name))
 	})
-	d.crashAt(faultStartLaunched)
-	// It runs: the container's own weight from now on.
-	if err := d.applyLimits(ctx, name, p.config, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
-	}
+	// A restored container runs from here: its link comes up first (the
+	// network's downtime ends here), the bookkeeping after.
 	if p.netLock {
 		if err := d.net.SetHostLink(name, true); err != nil {
 			return err
 		}
+	}
+	d.crashAt(faultStartLaunched)
+	// It runs: the container's own weight from now on.
+	if err := d.applyLimits(ctx, name, p.config, 0); err != nil {
+		return fmt.Errorf("limits of %s: %w", name, err)
 	}
 	run, err := d.track(p.inst, proc)
 	if err != nil {
