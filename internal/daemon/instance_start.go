@@ -159,6 +159,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		if err := d.net.SetHostLink(name, true); err != nil {
 			return err
 		}
+		d.announceInBackground(name)
 	}
 	run, err := d.track(p.inst, proc)
 	if err != nil {
