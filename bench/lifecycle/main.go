@@ -8,19 +8,12 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
-	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/bench/internal/floor"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -62,7 +55,7 @@ func main() {
 	// Warm-up: the first launch unpacks the image into its volume.
 	h.OK("launch", "busybox", "warmup")
 	h.OK("delete", "--force", "warmup")
-	rb := newRuncBench(r, h)
+	rb := floor.NewRunc(r, h)
 
 	var res Result
 	res.Benchmark, res.Machine, res.N = "lifecycle", benchutil.ThisMachine(), *n
@@ -82,7 +75,7 @@ func main() {
 			}
 		}
 
-		d, err := rb.run(i)
+		d, err := rb.Run(i)
 		if err != nil {
 			r.Fatalf("runc run: %v", err)
 		}
@@ -106,7 +99,7 @@ func main() {
 		h.OK("delete", name+"p")
 		stopDelP = append(stopDelP, benchutil.Ms(time.Since(t0)))
 
-		d, err := rb.killDelete(i)
+		d, err := rb.KillDelete(i)
 		if err != nil {
 			r.Fatalf("runc kill/delete: %v", err)
 		}
@@ -125,105 +118,4 @@ func main() {
 	res.Reference = map[string]float64{"incus_6.0.4_launch_ms": 212}
 
 	benchutil.Emit(r, res, *out)
-}
-
-// runcBench runs equivalent bundles with runc directly.
-type runcBench struct {
-	r     *testhost.Runner
-	h     *testhost.Host
-	dir   string
-	root  string
-	image string
-	spec  runtime.SpecOptions
-}
-
-func newRuncBench(r *testhost.Runner, h *testhost.Host) *runcBench {
-	var img api.Image
-	if err := json.Unmarshal([]byte(h.OK("image", "info", "busybox", "--format", "json")), &img); err != nil {
-		r.Fatalf("%v", err)
-	}
-	pool := filepath.Join(h.Root(), "storage-pools", "default")
-	b := &runcBench{
-		r: r, h: h,
-		dir:   filepath.Join(pool, "runc-bench"),
-		root:  filepath.Join(h.RunDir(), "runc-bench"),
-		image: filepath.Join(pool, "images", img.Fingerprint),
-		spec:  runtime.SpecOptions{Args: img.Init, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}},
-	}
-	if err := os.MkdirAll(b.dir, 0o700); err != nil {
-		r.Fatalf("%v", err)
-	}
-	r.Cleanup(func() {
-		out, _ := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "list", "-q").Output()
-		for _, id := range strings.Fields(string(out)) {
-			_ = exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "delete", "--force", id).Run()
-		}
-		matches, _ := filepath.Glob(filepath.Join(b.dir, "*", "rootfs"))
-		for _, m := range matches {
-			_ = exec.Command("btrfs", "subvolume", "delete", m).Run()
-		}
-		os.RemoveAll(b.dir)
-		os.RemoveAll(b.root)
-	})
-	return b
-}
-
-// run prepares bundle i (not timed: a snapshot, like vessel's clone, plus
-// the spec) and times `runc run -d`.
-func (b *runcBench) run(i int) (time.Duration, error) {
-	id := fmt.Sprintf("rb%d", i)
-	bundle := filepath.Join(b.dir, id)
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return 0, err
-	}
-	rootfs := filepath.Join(bundle, "rootfs")
-	if out, err := exec.Command("btrfs", "subvolume", "snapshot", b.image, rootfs).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("snapshot: %w: %s", err, out)
-	}
-	o := b.spec
-	o.ID, o.Hostname, o.Rootfs = id, id, rootfs
-	o.CgroupsPath = b.h.CgroupParent() + "/" + id
-	spec, err := runtime.GenerateSpec(o)
-	if err != nil {
-		return 0, err
-	}
-	if err := runtime.WriteBundle(bundle, spec); err != nil {
-		return 0, err
-	}
-	// runc run -d hands its stdio to the container's init: give it
-	// /dev/null, not pipes we would wait on forever.
-	t0 := time.Now()
-	cmd := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "run", "-d", "--bundle", bundle, id)
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("runc run %s: %w", id, err)
-	}
-	return time.Since(t0), nil
-}
-
-// killDelete times `runc kill KILL`, waiting for the stop, and `runc delete`.
-func (b *runcBench) killDelete(i int) (time.Duration, error) {
-	id := fmt.Sprintf("rb%d", i)
-	t0 := time.Now()
-	if out, err := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "kill", id, "KILL").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("kill: %w: %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		out, err := exec.CommandContext(ctx, runtime.DefaultRuncPath(), "--root", b.root, "state", id).Output()
-		var st struct{ Status string }
-		if err == nil && json.Unmarshal(out, &st) == nil && st.Status == "stopped" {
-			break
-		}
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("%s did not stop", id)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if out, err := exec.Command(runtime.DefaultRuncPath(), "--root", b.root, "delete", id).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("delete: %w: %s", err, out)
-	}
-	d := time.Since(t0)
-	_ = exec.Command("btrfs", "subvolume", "delete", filepath.Join(b.dir, id, "rootfs")).Run()
-	return d, nil
 }

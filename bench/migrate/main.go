@@ -3,17 +3,25 @@
 // memory being rewritten all the time, it moves each back and forth
 // several times in every mode — cold (stop, move, start), live with
 // --memory=copy (the in-run baseline: all memory copied while frozen) and
-// live post-copy (lazy) — and records vessel's own per-phase report and
-// the largest pause seen by a heartbeat inside the container. It prints
-// JSON with medians.
+// live post-copy (lazy) — and records vessel's own per-phase report, the
+// largest pause seen by a heartbeat inside the container, and the largest
+// gap between the answers a client on the hosts' segment (another network
+// namespace, testhost.Cluster's client) gets from a UDP echo server in the
+// container, to a request every millisecond: the service's downtime seen
+// from outside. Beside them, in the same run, one sample per move of two
+// floors (bench/internal/floor): `runc run -d` of a trivial container and
+// a CRIU dump and restore of a trivial process. It prints JSON with
+// medians and p90.
 //
-//	go run ./bench/migrate -n 3 -sizes 0,512,2048
+//	go run ./bench/migrate -n 20 -sizes 0 -modes copy,lazy
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +29,7 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
+	"github.com/vesselhost/vessel/bench/internal/floor"
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
@@ -30,10 +39,14 @@ type Case struct {
 	SizeMiB int    `json:"size_mib"`
 	Mode    string `json:"mode"`
 	// Security is "unprivileged" (the default) or "privileged".
-	Security       string                `json:"security"`
-	Moves          int                   `json:"moves"`
-	FrozenMs       benchutil.Stats       `json:"frozen_ms"`
-	HeartbeatGapMs benchutil.Stats       `json:"heartbeat_gap_ms,omitzero"`
+	Security       string          `json:"security"`
+	Moves          int             `json:"moves"`
+	FrozenMs       benchutil.Stats `json:"frozen_ms"`
+	HeartbeatGapMs benchutil.Stats `json:"heartbeat_gap_ms,omitzero"`
+	// ClientGapMs is the largest gap between two answers the outside
+	// client got, per live move (ClientGapsMs lists them in order).
+	ClientGapMs    benchutil.Stats       `json:"client_gap_ms,omitzero"`
+	ClientGapsMs   []float64             `json:"client_gaps_ms,omitempty"`
 	TotalMs        benchutil.Stats       `json:"total_ms"`
 	SuspendDumpMs  benchutil.Stats       `json:"suspend_dump_ms"`
 	UndumpResumeMs benchutil.Stats       `json:"undump_resume_ms"`
@@ -43,18 +56,30 @@ type Case struct {
 	Timings        []api.MigrationTiming `json:"timings"`
 }
 
+// Floor is what the underlying tools take on this machine in this run,
+// one sample after each move.
+type Floor struct {
+	// RuncRunMs is `runc run -d` of a busybox bundle like vessel's.
+	RuncRunMs benchutil.Stats `json:"runc_run_ms"`
+	// CriuDumpMs and CriuRestoreMs are CRIU dumping and restoring a
+	// trivial process (sleep) through its RPC service.
+	CriuDumpMs    benchutil.Stats `json:"criu_dump_ms"`
+	CriuRestoreMs benchutil.Stats `json:"criu_restore_ms"`
+}
+
 // Result is the benchmark's JSON output.
 type Result struct {
 	Benchmark    string             `json:"benchmark"`
 	Machine      benchutil.Machine  `json:"machine"`
 	DirtyRateMiB int                `json:"dirty_rate_mib_per_s"`
 	Cases        []Case             `json:"cases"`
+	Floor        Floor              `json:"floor"`
 	Ratios       map[string]float64 `json:"ratios"`
 	Reference    map[string]float64 `json:"reference"`
 }
 
 func main() {
-	n := flag.Int("n", 3, "moves per size and mode (alternating directions)")
+	n := flag.Int("n", 20, "moves per size and mode (alternating directions)")
 	sizesFlag := flag.String("sizes", "0,512,2048", "container memory sizes in MiB (0: idle)")
 	modesFlag := flag.String("modes", "cold,copy,lazy", "modes to measure")
 	rate := flag.Int("rate", 64, "MiB/s of memory rewritten by the workload")
@@ -68,6 +93,10 @@ func main() {
 	if err := testhost.BuildBeat(beat); err != nil {
 		r.Fatalf("%v", err)
 	}
+	echo := filepath.Join(bin, "udpecho")
+	if err := testhost.BuildUDPEcho(echo); err != nil {
+		r.Fatalf("%v", err)
+	}
 	opts := testhost.ClusterOptions{StorageSizeMiB: 4096}
 	if strings.Contains(*secFlag, "privileged") {
 		// Privileged containers move only between hosts that accept them.
@@ -79,6 +108,7 @@ func main() {
 		Ratios: map[string]float64{}, Reference: map[string]float64{
 			"incus_6.0.4_frozen_ms": 430, "incus_6.0.4_wall_ms": 1430, "openvz_best_frozen_ms": 1380,
 		}}
+	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
 	secs := strings.Split(*secFlag, ",")
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		size, err := strconv.Atoi(strings.TrimSpace(s))
@@ -91,6 +121,11 @@ func main() {
 		for k, sec := range secs {
 			subjects[k] = launchSubject(r, c, sec, size)
 			startBeat(r, c, "alpha", subjects[k].name, beat, size, *rate)
+			startEcho(c, "alpha", subjects[k].name, echo)
+			subjects[k].client = startClient(r, c, echo, subjects[k].name)
+		}
+		if fl.runc == nil { // the busybox image is on alpha now
+			fl.runc = floor.NewRunc(r, c.Host("alpha"))
 		}
 		for _, mode := range strings.Split(*modesFlag, ",") {
 			for _, sj := range subjects {
@@ -99,9 +134,10 @@ func main() {
 			for i := 0; i < *n; i++ {
 				for k := range subjects {
 					sj := subjects[(i+k)%len(subjects)]
-					sj.move(r, c, mode, beat, size, *rate)
-					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, total %.0f ms\n",
-						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), sj.total[len(sj.total)-1])
+					sj.move(r, c, mode, beat, echo, size, *rate)
+					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, client gap %v, total %.0f ms\n",
+						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), sj.total[len(sj.total)-1])
+					fl.sample()
 				}
 			}
 			for _, sj := range subjects {
@@ -109,6 +145,7 @@ func main() {
 			}
 		}
 		for _, sj := range subjects {
+			sj.client.close()
 			c.OK("delete", "--force", sj.at+":"+sj.name)
 		}
 	}
@@ -125,7 +162,37 @@ func main() {
 			}
 		}
 	}
+	res.Floor = Floor{RuncRunMs: benchutil.Summarise(fl.runcRun),
+		CriuDumpMs: benchutil.Summarise(fl.criuDump), CriuRestoreMs: benchutil.Summarise(fl.criuRestore)}
 	benchutil.Emit(r, res, *out)
+}
+
+// floors takes the same-run floor samples.
+type floors struct {
+	r                              *testhost.Runner
+	runc                           *floor.Runc
+	dir                            string
+	i                              int
+	runcRun, criuDump, criuRestore []float64
+}
+
+// sample takes one sample of each floor.
+func (f *floors) sample() {
+	d, err := f.runc.Run(f.i)
+	if err != nil {
+		f.r.Fatalf("runc floor: %v", err)
+	}
+	if _, err := f.runc.KillDelete(f.i); err != nil {
+		f.r.Fatalf("runc floor: %v", err)
+	}
+	f.i++
+	f.runcRun = append(f.runcRun, benchutil.Ms(d))
+	dump, restore, err := floor.CRIU(f.dir)
+	if err != nil {
+		f.r.Fatalf("CRIU floor: %v", err)
+	}
+	f.criuDump = append(f.criuDump, benchutil.Ms(dump))
+	f.criuRestore = append(f.criuRestore, benchutil.Ms(restore))
 }
 
 func lastOr(v []float64, mode string) string {
@@ -143,11 +210,108 @@ func startBeat(r *testhost.Runner, c *testhost.Cluster, host, name, beat string,
 	c.OK("exec", host+":"+name, "--", "sh", "-c", "while [ ! -e /tmp/beat.ready ]; do usleep 50000; done")
 }
 
+// echoPort is the UDP port of the echo server in the containers.
+const echoPort = "7007"
+
+// startEcho installs and starts the UDP echo server in the container.
+func startEcho(c *testhost.Cluster, host, name, echo string) {
+	c.Host(host).Install(name, echo)
+	c.OK("exec", host+":"+name, "--", "sh", "-c",
+		"rm -f /tmp/udpecho.ready; setsid udpecho serve "+echoPort+" /tmp/udpecho.ready </dev/null >/dev/null 2>&1 &")
+	c.OK("exec", host+":"+name, "--", "sh", "-c", "while [ ! -e /tmp/udpecho.ready ]; do usleep 50000; done")
+}
+
+// client is udpecho's probe, in the cluster's client netns, sending to
+// one container every millisecond.
+type client struct {
+	r    *testhost.Runner
+	in   io.WriteCloser
+	out  *bufio.Reader
+	wait func() error
+}
+
+// startClient starts the probe of container name (on alpha) and waits
+// until it gets answers.
+func startClient(r *testhost.Runner, c *testhost.Cluster, echo, name string) *client {
+	var inst api.Instance
+	if err := json.Unmarshal([]byte(c.OK("info", "alpha:"+name, "--format", "json")), &inst); err != nil {
+		r.Fatalf("info %s: %v", name, err)
+	}
+	cmd := c.ClientCommand(echo, "probe", inst.IPv4, echoPort)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		r.Fatalf("start the client: %v", err)
+	}
+	cl := &client{r: r, in: in, out: bufio.NewReader(out), wait: cmd.Wait}
+	r.Cleanup(cl.close)
+	if _, ok := cl.waitAnswers(5 * time.Second); !ok {
+		r.Fatalf("the client gets no answer from %s at %s", name, inst.IPv4)
+	}
+	return cl
+}
+
+// query returns the largest gap between answers since the last reset,
+// the time since the last answer, and how many answers came.
+func (cl *client) query() (gap, since time.Duration, replies int) {
+	if _, err := io.WriteString(cl.in, "q\n"); err != nil {
+		cl.r.Fatalf("client: %v", err)
+	}
+	line, err := cl.out.ReadString('\n')
+	if err != nil {
+		cl.r.Fatalf("client: %v", err)
+	}
+	var g, s, sent int64
+	if _, err := fmt.Sscan(line, &g, &s, &sent, &replies); err != nil {
+		cl.r.Fatalf("client said %q: %v", line, err)
+	}
+	return time.Duration(g) * time.Microsecond, time.Duration(s) * time.Microsecond, replies
+}
+
+func (cl *client) reset() {
+	if _, err := io.WriteString(cl.in, "r\n"); err != nil {
+		cl.r.Fatalf("client: %v", err)
+	}
+}
+
+// waitAnswers waits until answers are coming (the last one under 20 ms
+// ago) and returns the largest gap since the reset; false if they do not
+// come back within max.
+func (cl *client) waitAnswers(max time.Duration) (time.Duration, bool) {
+	for deadline := time.Now().Add(max); ; time.Sleep(50 * time.Millisecond) {
+		gap, since, replies := cl.query()
+		if replies > 0 && since >= 0 && since < 20*time.Millisecond {
+			return gap, true
+		}
+		if time.Now().After(deadline) {
+			return gap, false
+		}
+	}
+}
+
+// close ends the probe (at the end of its input); it is idempotent.
+func (cl *client) close() {
+	if cl.in == nil {
+		return
+	}
+	cl.in.Close()
+	cl.in = nil
+	_ = cl.wait()
+}
+
 // subject is one container a run moves back and forth, and its samples.
 type subject struct {
-	sec, name, at                                  string
-	cs                                             Case
-	frozen, gap, total, sd, ur, post, passes, dump []float64
+	sec, name, at                                             string
+	client                                                    *client
+	cs                                                        Case
+	frozen, gap, clientGap, total, sd, ur, post, passes, dump []float64
 }
 
 // launchSubject launches the container of one kind (security) and size.
@@ -167,16 +331,17 @@ func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int
 }
 
 func (sj *subject) reset(cs Case) {
-	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, cs: cs}
+	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, client: sj.client, cs: cs}
 }
 
 // move moves the container to the other host and records the timing.
-func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat string, size, rate int) {
+func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, echo string, size, rate int) {
 	to := map[string]string{"alpha": "beta", "beta": "alpha"}[sj.at]
 	args := []string{"move", sj.at + ":" + sj.name, to + ":", "--format", "json"}
 	if mode != "cold" {
 		args = append(args, "--live", "--memory", mode)
 		c.OK("exec", sj.at+":"+sj.name, "--", "touch", "/tmp/beat.reset")
+		sj.client.reset()
 		time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
 	}
 	var t api.MigrationTiming
@@ -186,10 +351,16 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat stri
 	sj.at = to
 	if mode == "cold" {
 		startBeat(r, c, sj.at, sj.name, beat, size, rate) // a cold move restarts it
+		startEcho(c, sj.at, sj.name, echo)
 	} else {
 		time.Sleep(200 * time.Millisecond)
 		us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", sj.at+":"+sj.name, "--", "cat", "/tmp/beat.max")))
 		sj.gap = append(sj.gap, float64(us)/1000)
+		gap, ok := sj.client.waitAnswers(10 * time.Second)
+		if !ok {
+			r.Fatalf("%s: the client got no answer within 10 s of the move to %s", sj.name, sj.at)
+		}
+		sj.clientGap = append(sj.clientGap, benchutil.Ms(gap))
 	}
 	sj.cs.Timings = append(sj.cs.Timings, t)
 	sj.frozen = append(sj.frozen, t.FrozenTotal*1000)
@@ -213,6 +384,9 @@ func (sj *subject) summary(mode string, n int) Case {
 	}
 	if len(sj.gap) > 0 {
 		cs.HeartbeatGapMs = benchutil.Summarise(sj.gap)
+	}
+	if len(sj.clientGap) > 0 {
+		cs.ClientGapMs, cs.ClientGapsMs = benchutil.Summarise(sj.clientGap), sj.clientGap
 	}
 	return cs
 }

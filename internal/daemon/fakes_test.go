@@ -302,11 +302,13 @@ type fakeNetwork struct {
 	mu       sync.Mutex
 	attached map[string]netip.Addr
 	linkUp   map[string]bool
-	calls    callLog
+	// announced counts Announce calls per instance.
+	announced map[string]int
+	calls     callLog
 }
 
 func newFakeNetwork(subnet netip.Prefix) *fakeNetwork {
-	return &fakeNetwork{subnet: subnet, attached: map[string]netip.Addr{}, linkUp: map[string]bool{}}
+	return &fakeNetwork{subnet: subnet, attached: map[string]netip.Addr{}, linkUp: map[string]bool{}, announced: map[string]int{}}
 }
 
 func (f *fakeNetwork) record(format string, args ...any) { f.calls.record(format, args...) }
@@ -389,6 +391,18 @@ func (f *fakeNetwork) SetHostLink(name string, up bool) error {
 		return fmt.Errorf("host link of %s: no such link", name)
 	}
 	f.linkUp[name] = up
+	return nil
+}
+
+// Announce counts announcements apart from the calls: it runs in the
+// background, so its place among them is not fixed.
+func (f *fakeNetwork) Announce(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.attached[name]; !ok {
+		return fmt.Errorf("announce %s: no such link", name)
+	}
+	f.announced[name]++
 	return nil
 }
 

@@ -156,6 +156,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		if err := d.net.SetHostLink(name, true); err != nil {
 			return err
 		}
+		d.announceInBackground(name)
 	}
 	d.crashAt(faultStartLaunched)
 	// It runs: the container's own weight from now on.

@@ -316,18 +316,21 @@ func (m *migrationSource) live(ctx context.Context) error {
 		}
 	}
 
+	// vessel's network lock, taken just before the freeze: no packet
+	// reaches the sockets while CRIU dumps them (CRIU's own lock is off,
+	// see criuOptions), and none is left half-served by a process frozen
+	// between reading a request and answering it (the answer would leave
+	// the target before its link is up, and wait a second for ARP).
+	if err := d.net.SetHostLink(m.name, false); err != nil {
+		return err
+	}
+	m.linkDown = true
 	// Frozen from here until the target resumes.
 	freezeAt := time.Now()
 	m.phase = movePhaseFreeze
 	if err := m.fz.freeze(ctx); err != nil {
 		return err
 	}
-	// vessel's network lock: no packet reaches the frozen sockets while
-	// CRIU dumps them (CRIU's own lock is off, see criuOptions).
-	if err := d.net.SetHostLink(m.name, false); err != nil {
-		return err
-	}
-	m.linkDown = true
 	// The last disk increment is snapshotted at once and sent while CRIU
 	// dumps the processes: both happen frozen, neither waits for the other.
 	type diskResult struct {

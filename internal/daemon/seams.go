@@ -70,6 +70,9 @@ type instanceNetwork interface {
 	// SetHostLink takes the host side of the link down (the migration's
 	// network lock) or up.
 	SetHostLink(name string, up bool) error
+	// Announce sends gratuitous ARP for the instance's address from its
+	// link (after a restore: the segment learns where it is now).
+	Announce(ctx context.Context, name string) error
 	// MountSysfs mounts on dir a sysfs seen from inside the instance's
 	// network namespace (for an unprivileged container's /sys).
 	MountSysfs(name, dir string) error

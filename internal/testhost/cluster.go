@@ -2,12 +2,16 @@ package testhost
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+
+	"github.com/vishvananda/netns"
 )
 
 // A Cluster is several test hosts on one machine, as live migration needs
@@ -19,12 +23,17 @@ import (
 //	  ├── veth ─ NS(alpha): mgmt0   MGMT.2/24   (API: https://MGMT.2:8443)
 //	  ├── veth ─ NS(alpha): uplink0 (enslaved to alpha's vesselbr0)
 //	  ├── veth ─ NS(beta):  mgmt0   MGMT.3/24
-//	  └── veth ─ NS(beta):  uplink0 (enslaved to beta's vesselbr0)
+//	  ├── veth ─ NS(beta):  uplink0 (enslaved to beta's vesselbr0)
+//	  └── veth ─ NS(client): eth0   SUBNET.254/24 (the client, ClientNetns)
 //
 // All hosts use the same container subnet, each allocating from its own
 // pool, so a container keeps its address when it moves: after a migration
 // its MAC simply appears behind another port of the segment. The machine's
-// namespace is "the outside world" tests talk to containers from.
+// namespace is "the outside world" tests talk to containers from; the
+// client namespace is a machine beside the containers on their segment,
+// with an address of their subnet (the last one, which the hosts' pools
+// hand out last), for what must be seen from the segment itself (a
+// container's gratuitous ARP, its downtime seen by a client during a move).
 //
 // Every host trusts the others as peers, and the cluster's CLI
 // configuration has each host as a remote named after it.
@@ -39,15 +48,19 @@ type Cluster struct {
 // ClusterSpec names and addresses everything a cluster makes; it is also
 // what scripts/testhosts saves to bring the cluster down later.
 type ClusterSpec struct {
-	Names     []string     `json:"names"`
-	Netns     []string     `json:"netns"`
-	Segment   string       `json:"segment"`
-	Links     []string     `json:"links"`
-	Subnet    netip.Prefix `json:"subnet"`
-	Mgmt      netip.Prefix `json:"mgmt"`
-	Roots     []string     `json:"roots"`
-	CLIConfig string       `json:"cli_config"`
-	Pids      []int        `json:"pids,omitempty"`
+	Names   []string `json:"names"`
+	Netns   []string `json:"netns"`
+	Segment string   `json:"segment"`
+	Links   []string `json:"links"`
+	// Client is the client's network namespace, ClientLink its veth end
+	// on the segment.
+	Client     string       `json:"client,omitempty"`
+	ClientLink string       `json:"client_link,omitempty"`
+	Subnet     netip.Prefix `json:"subnet"`
+	Mgmt       netip.Prefix `json:"mgmt"`
+	Roots      []string     `json:"roots"`
+	CLIConfig  string       `json:"cli_config"`
+	Pids       []int        `json:"pids,omitempty"`
 	// StorageSizeMiB is each host's pool size.
 	StorageSizeMiB int `json:"storage_size_mib"`
 	// Detached clusters outlive the program that made them.
@@ -115,6 +128,10 @@ func NewCluster(t T, bin string, o ClusterOptions) *Cluster {
 		spec.Links = append(spec.Links, fmt.Sprintf("vs%s%dm", shortID(id, o.Fixed), i), fmt.Sprintf("vs%s%du", shortID(id, o.Fixed), i))
 		spec.Roots = append(spec.Roots, filepath.Join(rootDir, "vessel-"+ns))
 	}
+	spec.Client, spec.ClientLink = "vt"+id+"-client", "vs"+id+"c"
+	if o.Fixed {
+		spec.Client, spec.ClientLink = "vslclient", "vslc"
+	}
 	spec.CLIConfig = o.CLIConfig
 	spec.SharedCLIConfig = o.CLIConfig != ""
 	if spec.CLIConfig == "" {
@@ -161,6 +178,18 @@ func (c *Cluster) Host(name string) *Host {
 // Gateway is the segment's router address (in the machine's namespace):
 // the address tests reach containers from.
 func (c *Cluster) Gateway() netip.Addr { return c.spec.Subnet.Addr().Next() }
+
+// ClientNetns is the client's network namespace (under /run/netns): a
+// machine on the containers' segment and subnet, at ClientAddr.
+func (c *Cluster) ClientNetns() string { return c.spec.Client }
+
+// ClientAddr is the client's address: the subnet's last host address.
+func (c *Cluster) ClientAddr() netip.Addr {
+	b := c.spec.Subnet.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= 1<<(32-c.spec.Subnet.Bits()) - 2 // all host bits but the last: broadcast - 1
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
 
 func (c *Cluster) mgmtAddr(i int) netip.Addr {
 	a := c.spec.Mgmt.Addr().Next()
@@ -209,6 +238,13 @@ func (c *Cluster) buildNetwork() {
 		c.run("ip", "-n", ns, "link", "set", "mgmt0", "up")
 		c.run("ip", "-n", ns, "link", "set", "lo", "up")
 	}
+	c.run("ip", "netns", "add", s.Client)
+	c.run("ip", "link", "add", s.ClientLink, "type", "veth", "peer", "name", "eth0", "netns", s.Client)
+	c.run("ip", "link", "set", s.ClientLink, "master", s.Segment)
+	c.run("ip", "link", "set", s.ClientLink, "up")
+	c.run("ip", "-n", s.Client, "addr", "add", netip.PrefixFrom(c.ClientAddr(), s.Subnet.Bits()).String(), "dev", "eth0")
+	c.run("ip", "-n", s.Client, "link", "set", "eth0", "up")
+	c.run("ip", "-n", s.Client, "link", "set", "lo", "up")
 }
 
 func (c *Cluster) hostOptions(i int) Options {
@@ -319,11 +355,59 @@ func (c *Cluster) Teardown() {
 	for _, l := range c.spec.Links {
 		_ = exec.Command("ip", "link", "del", l).Run()
 	}
-	for _, ns := range c.spec.Netns {
-		_ = exec.Command("ip", "netns", "del", ns).Run()
+	if c.spec.ClientLink != "" {
+		_ = exec.Command("ip", "link", "del", c.spec.ClientLink).Run()
+	}
+	for _, ns := range append(c.spec.Netns, c.spec.Client) {
+		if ns != "" {
+			_ = exec.Command("ip", "netns", "del", ns).Run()
+		}
 	}
 	_ = exec.Command("ip", "link", "del", c.spec.Segment).Run()
 	for _, r := range c.spec.Roots {
 		_ = os.RemoveAll(r)
 	}
+}
+
+// InClient runs fn on an OS thread of its own moved into the client's
+// network namespace (sockets fn makes stay there), then moves the thread
+// back.
+func (c *Cluster) InClient(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.GetFromName(c.spec.Client)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			// The thread stays locked: the runtime ends it with its goroutine.
+			errc <- errors.Join(ferr, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// ClientCommand is a command run in the client's network namespace.
+func (c *Cluster) ClientCommand(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", c.spec.Client, name}, args...)...)
 }

@@ -24,6 +24,8 @@ var (
 	netprobeSource string
 	//go:embed testdata/vping.c
 	vpingSource string
+	//go:embed testdata/udpecho.c
+	udpechoSource string
 )
 
 // vpings holds the vping built in each binary directory.
@@ -69,6 +71,11 @@ func BuildUndumpable(dst string) error { return buildStatic("undumpable", undump
 // datagram from a chosen source address, or prints the datagrams it
 // receives until a marker) into dst.
 func BuildNetprobe(dst string) error { return buildStatic("netprobe", netprobeSource, dst) }
+
+// BuildUDPEcho compiles udpecho (testdata/udpecho.c: a UDP echo server,
+// and a client that sends every millisecond and records the largest gap
+// between replies: service downtime seen from outside) into dst.
+func BuildUDPEcho(dst string) error { return buildStatic("udpecho", udpechoSource, dst) }
 
 // buildStatic compiles a C program (gcc -static) into the file dst.
 func buildStatic(name, source, dst string) error {
