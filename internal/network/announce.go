@@ -61,6 +61,7 @@ func (m *Manager) Announce(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", name, err)
 	}
+	forgetUnresolved(h, eth0)
 	addrs, err := h.AddrList(eth0, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("announce %s: addresses of %s: %w", name, containerIfName, err)
@@ -173,4 +174,21 @@ func ParseAnnouncement(b []byte) (net.HardwareAddr, netip.Addr, error) {
 		return nil, netip.Addr{}, errNotAnnouncement
 	}
 	return net.HardwareAddr(b[8:14]), spa, nil
+}
+
+// forgetUnresolved drops the neighbour entries the container began to
+// resolve while its link was down (a restored task answering a request
+// that was queued before the freeze): their ARP request was lost, and the
+// kernel would retry only after retrans_time (1 s), holding the answers
+// back that long. Without the entry, the next packet resolves at once.
+func forgetUnresolved(h *netlink.Handle, link netlink.Link) {
+	neighs, err := h.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	if err != nil {
+		return
+	}
+	for i := range neighs {
+		if neighs[i].State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) != 0 {
+			_ = h.NeighDel(&neighs[i])
+		}
+	}
 }
