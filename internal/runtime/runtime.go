@@ -54,6 +54,9 @@ type Runtime struct {
 
 	usernsMu sync.Mutex
 	userns   map[IDMap]*os.File // PrepareIDMap's user namespaces
+
+	bgOnce sync.Once
+	bgOK   bool // Criu has --background-memory (BackgroundMemory)
 }
 
 // Status is a container's state as runc reports it.
