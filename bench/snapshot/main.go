@@ -74,11 +74,11 @@ type SizeResult struct {
 
 // ModeResult is the stateful snapshot and restore of one size in one mode.
 type ModeResult struct {
-	PageBytes   uint64          `json:"page_bytes"`
-	FrozenMs    benchutil.Stats `json:"frozen_ms"`
-	SnapshotMs  benchutil.Stats `json:"snapshot_total_ms"`
-	DumpMs      benchutil.Stats `json:"dump_ms"`
-	SyncMs      benchutil.Stats `json:"sync_after_thaw_ms"`
+	PageBytes  uint64          `json:"page_bytes"`
+	FrozenMs   benchutil.Stats `json:"frozen_ms"`
+	SnapshotMs benchutil.Stats `json:"snapshot_total_ms"`
+	DumpMs     benchutil.Stats `json:"dump_ms"`
+	SyncMs     benchutil.Stats `json:"sync_after_thaw_ms"`
 	// Memory is when the memory was written ("background": after the
 	// thaw; "frozen"); WriteAfterThawMs the background write's time and
 	// AfterThawMBps its rate (page bytes / that time). WriteMBps is page
@@ -87,8 +87,8 @@ type ModeResult struct {
 	WriteAfterThawMs benchutil.Stats `json:"write_after_thaw_ms"`
 	AfterThawMBps    benchutil.Stats `json:"after_thaw_write_mb_s"`
 	WriteMBps        benchutil.Stats `json:"write_mb_s"`
-	RestoreMs   benchutil.Stats `json:"restore_ms"`
-	RestoreMBps benchutil.Stats `json:"restore_mb_s"`
+	RestoreMs        benchutil.Stats `json:"restore_ms"`
+	RestoreMBps      benchutil.Stats `json:"restore_mb_s"`
 	// Ratios of the medians to the raw fio medians.
 	WriteVsRaw     float64 `json:"write_vs_raw"`
 	AfterThawVsRaw float64 `json:"after_thaw_write_vs_raw"`
