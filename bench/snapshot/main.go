@@ -13,6 +13,12 @@
 //     1 MiB writes, 4 in flight) and with CRIU doing them alone
 //     (--snapshot-io criu: buffered writes, then fsync); restore is CRIU's
 //     own reads in both (the two restore columns are a noise gauge);
+//   - the memory written after the thaw (--snapshot-memory background, the
+//     default: modes "vessel" and "criu") or all of it while frozen
+//     ("vessel-frozen", "criu-frozen"); for the background modes the time
+//     the write took after the thaw and its rate (page bytes / that time)
+//     too. The idle container (S = 0) is the same-run floor of the frozen
+//     time;
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
 //     pool, interleaved with the runs above.
 //
@@ -68,27 +74,35 @@ type SizeResult struct {
 
 // ModeResult is the stateful snapshot and restore of one size in one mode.
 type ModeResult struct {
-	PageBytes   uint64          `json:"page_bytes"`
-	FrozenMs    benchutil.Stats `json:"frozen_ms"`
-	SnapshotMs  benchutil.Stats `json:"snapshot_total_ms"`
-	DumpMs      benchutil.Stats `json:"dump_ms"`
-	SyncMs      benchutil.Stats `json:"sync_after_thaw_ms"`
-	WriteMBps   benchutil.Stats `json:"write_mb_s"`
-	RestoreMs   benchutil.Stats `json:"restore_ms"`
-	RestoreMBps benchutil.Stats `json:"restore_mb_s"`
+	PageBytes  uint64          `json:"page_bytes"`
+	FrozenMs   benchutil.Stats `json:"frozen_ms"`
+	SnapshotMs benchutil.Stats `json:"snapshot_total_ms"`
+	DumpMs     benchutil.Stats `json:"dump_ms"`
+	SyncMs     benchutil.Stats `json:"sync_after_thaw_ms"`
+	// Memory is when the memory was written ("background": after the
+	// thaw; "frozen"); WriteAfterThawMs the background write's time and
+	// AfterThawMBps its rate (page bytes / that time). WriteMBps is page
+	// bytes / the time from the dump's start until they are durable.
+	Memory           string          `json:"memory"`
+	WriteAfterThawMs benchutil.Stats `json:"write_after_thaw_ms"`
+	AfterThawMBps    benchutil.Stats `json:"after_thaw_write_mb_s"`
+	WriteMBps        benchutil.Stats `json:"write_mb_s"`
+	RestoreMs        benchutil.Stats `json:"restore_ms"`
+	RestoreMBps      benchutil.Stats `json:"restore_mb_s"`
 	// Ratios of the medians to the raw fio medians.
-	WriteVsRaw   float64 `json:"write_vs_raw"`
-	RestoreVsRaw float64 `json:"restore_vs_raw"`
+	WriteVsRaw     float64 `json:"write_vs_raw"`
+	AfterThawVsRaw float64 `json:"after_thaw_write_vs_raw"`
+	RestoreVsRaw   float64 `json:"restore_vs_raw"`
 }
-
-var modes = []string{"vessel", "criu"}
 
 func main() {
 	n := flag.Int("n", 5, "runs per size and mode")
 	sizesFlag := flag.String("sizes", "0,256,1024", "MiB of dirty memory per container (0: idle busybox)")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
+	modesFlag := flag.String("modes", "vessel,criu,vessel-frozen", "who writes the pages (vessel, criu), -frozen: all of the memory while frozen")
 	flag.Parse()
+	modes := strings.Split(*modesFlag, ",")
 	var sizes []int
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(s))
@@ -142,6 +156,7 @@ func main() {
 	for _, sr := range res.Stateful {
 		for mode, mr := range sr.Modes {
 			mr.WriteVsRaw = benchutil.Ratio(mr.WriteMBps.Median, res.Raw.WriteMBps.Median)
+			mr.AfterThawVsRaw = benchutil.Ratio(mr.AfterThawMBps.Median, res.Raw.WriteMBps.Median)
 			mr.RestoreVsRaw = benchutil.Ratio(mr.RestoreMBps.Median, res.Raw.ReadMBps.Median)
 			sr.Modes[mode] = mr
 		}
@@ -163,10 +178,19 @@ type bench struct {
 	rawWrite []float64
 }
 
-// setMode restarts the daemon with --snapshot-io mode (containers keep
-// running across the restart).
+// setMode restarts the daemon with --snapshot-io io and --snapshot-memory
+// of mode "io" (background) or "io-frozen" (containers keep running across
+// the restart).
 func (b *bench) setMode(mode string) {
-	b.h.SetExtraArgs("--snapshot-io", mode)
+	io, frozen := strings.CutSuffix(mode, "-frozen")
+	memory := "background"
+	if frozen {
+		memory = "frozen"
+	}
+	if io != "vessel" && io != "criu" {
+		b.r.Fatalf("bad mode %q", mode)
+	}
+	b.h.SetExtraArgs("--snapshot-io", io, "--snapshot-memory", memory)
 	b.h.RestartDaemon()
 }
 
@@ -194,7 +218,7 @@ func (b *bench) diskOnly(res *Result, k int) {
 func (b *bench) stateful(name, mode string, n int, memhog bool) ModeResult {
 	ctx := context.Background()
 	var mr ModeResult
-	var frozen, total, dump, sync, wrate, restore, rrate []float64
+	var frozen, total, dump, sync, wrate, restore, rrate, after, arate []float64
 	for i := 0; i < n; i++ {
 		b.fio()
 		snap := fmt.Sprintf("%s%d", mode, i)
@@ -212,13 +236,22 @@ func (b *bench) stateful(name, mode string, n int, memhog bool) ModeResult {
 		frozen = append(frozen, num(md[api.MetaFrozenMs]))
 		dump = append(dump, num(md["dump_ms"]))
 		sync = append(sync, num(md["sync_ms"]))
-		// Durable at the end of the dump (vessel's writer syncs), or only
-		// after the fsync that follows (CRIU's buffered writes).
-		durable := num(md["dump_ms"])
-		if mode == "criu" {
+		mr.Memory, _ = md["memory"].(string)
+		// Durable at the end of the dump's write (vessel's writer syncs),
+		// or only after the fsync that follows (CRIU's buffered writes).
+		durable := num(md["dump_ms"]) + num(md["write_ms"])
+		if strings.HasPrefix(mode, "criu") {
 			durable += num(md["sync_ms"])
 		}
 		wrate = append(wrate, mbps(mr.PageBytes, durable))
+		if mr.Memory == "background" {
+			w := num(md["write_ms"])
+			if strings.HasPrefix(mode, "criu") {
+				w += num(md["sync_ms"])
+			}
+			after = append(after, w)
+			arate = append(arate, mbps(mr.PageBytes, w))
+		}
 
 		dropCaches(b.r)
 		op, err = b.c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
@@ -235,14 +268,18 @@ func (b *bench) stateful(name, mode string, n int, memhog bool) ModeResult {
 			b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 		}
 		b.h.OK("snapshot", "delete", name, snap)
-		b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
-			name, mode, frozen[i], dump[i], wrate[i], rms, rrate[i])
+		b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
+			name, mode, frozen[i], dump[i], mr.Memory, wrate[i], rms, rrate[i])
 	}
 	mr.FrozenMs = benchutil.Summarise(frozen)
 	mr.SnapshotMs = benchutil.Summarise(total)
 	mr.DumpMs = benchutil.Summarise(dump)
 	mr.SyncMs = benchutil.Summarise(sync)
 	mr.WriteMBps = benchutil.Summarise(wrate)
+	if len(after) > 0 {
+		mr.WriteAfterThawMs = benchutil.Summarise(after)
+		mr.AfterThawMBps = benchutil.Summarise(arate)
+	}
 	mr.RestoreMs = benchutil.Summarise(restore)
 	mr.RestoreMBps = benchutil.Summarise(rrate)
 	return mr

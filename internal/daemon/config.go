@@ -128,6 +128,12 @@ type Config struct {
 	// SnapshotIOCRIU (CRIU alone, then an fsync; kept to measure the
 	// difference). On restore CRIU reads them itself either way.
 	SnapshotIO string
+	// SnapshotMemory says when a stateful snapshot's memory is written:
+	// SnapshotMemoryBackground (default: after the thaw, the pages
+	// write-protected until saved; needs CRIU's patch 0012, else as
+	// frozen) or SnapshotMemoryFrozen (all of it while frozen; kept to
+	// measure the difference).
+	SnapshotMemory string
 
 	// Faults are injected failures for tests: point -> action (see
 	// faults.go). Empty in production.
@@ -142,6 +148,12 @@ type Config struct {
 const (
 	SnapshotIOVessel = "vessel"
 	SnapshotIOCRIU   = "criu"
+)
+
+// Values of Config.SnapshotMemory.
+const (
+	SnapshotMemoryBackground = "background"
+	SnapshotMemoryFrozen     = "frozen"
 )
 
 // Default values.
@@ -200,6 +212,7 @@ func DefaultConfig() Config {
 		MigrationSessions:   DefaultMigrationSessions,
 		MigrationImageLimit: hostMemory(),
 		SnapshotIO:          SnapshotIOVessel,
+		SnapshotMemory:      SnapshotMemoryBackground,
 		MaxConnections:      DefaultMaxConnections,
 		HTTPReadTimeout:     DefaultHTTPReadTimeout,
 	}
@@ -273,6 +286,9 @@ func (c *Config) fill() error {
 	if c.SnapshotIO == "" {
 		c.SnapshotIO = def.SnapshotIO
 	}
+	if c.SnapshotMemory == "" {
+		c.SnapshotMemory = def.SnapshotMemory
+	}
 	if c.MigrationTimeout <= 0 {
 		c.MigrationTimeout = def.MigrationTimeout
 	}
@@ -284,6 +300,9 @@ func (c *Config) fill() error {
 	}
 	if c.SnapshotIO != SnapshotIOVessel && c.SnapshotIO != SnapshotIOCRIU {
 		return errorf(ErrInvalid, "snapshot I/O %q: want %q or %q", c.SnapshotIO, SnapshotIOVessel, SnapshotIOCRIU)
+	}
+	if c.SnapshotMemory != SnapshotMemoryBackground && c.SnapshotMemory != SnapshotMemoryFrozen {
+		return errorf(ErrInvalid, "snapshot memory %q: want %q or %q", c.SnapshotMemory, SnapshotMemoryBackground, SnapshotMemoryFrozen)
 	}
 	for _, p := range []string{c.Root, c.RunDir, c.Socket} {
 		if !filepath.IsAbs(p) {

@@ -111,6 +111,13 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 	if err != nil {
 		return err
 	}
+	if ck != nil {
+		// A background dump writes the memory of the frozen instant now.
+		op.SetMetadata(map[string]any{api.MetaStage: "memory"})
+		if err := ck.wait(op); err != nil {
+			return err
+		}
+	}
 	snapRec := state.Snapshot{
 		Instance: name,
 		Name:     req.Name,
@@ -128,9 +135,11 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 		// For benchmarks: where the time went.
 		op.SetMetadata(map[string]any{
 			"dump_ms":    ms(ck.dumpTime),
+			"write_ms":   ms(ck.writeTime),
 			"sync_ms":    ms(ck.syncTime),
 			"page_bytes": ck.pageBytes,
 			"io":         d.cfg.SnapshotIO,
+			"memory":     ck.memory(),
 		})
 	}
 	if snapRec.DiskBytes, err = d.storage.VolumeUsage(ctx, snapVol); err != nil {
@@ -170,10 +179,14 @@ type snapshotCheckpoint struct {
 	dir  string
 	ck   *runtime.Checkpoint
 
-	// dumpTime is the dump until the captured pages are durable; syncTime
-	// the sync of the rest afterwards; pageBytes the page files' size.
-	dumpTime, syncTime time.Duration
-	pageBytes          uint64
+	// dumpTime is the frozen part of the dump (all of it, pages stored,
+	// unless the memory is written in the background); writeTime the
+	// background write after the thaw until the pages are durable;
+	// syncTime the sync of the rest afterwards; pageBytes the page files'
+	// size.
+	dumpTime, writeTime, syncTime time.Duration
+	pageBytes                     uint64
+	background                    bool // the memory was written after the thaw
 }
 
 // prepareSnapshotCheckpoint creates the checkpoint volume and prepares the
@@ -189,7 +202,8 @@ func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap strin
 	work := d.cfg.dumpWorkDir(name)
 	err := os.RemoveAll(work)
 	if err == nil {
-		o := runtime.CheckpointOptions{ImagePath: sc.dir, WorkPath: work}
+		o := runtime.CheckpointOptions{ImagePath: sc.dir, WorkPath: work,
+			Background: d.cfg.SnapshotMemory == SnapshotMemoryBackground}
 		if d.cfg.SnapshotIO != SnapshotIOCRIU {
 			o.Pages = &imgstream.DirSink{Dir: sc.dir}
 		}
@@ -202,9 +216,11 @@ func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap strin
 	return sc, nil
 }
 
-// dump runs the checkpoint on the (frozen) container and reports the bytes
-// written as progress. CRIU seizes the frozen tasks, dumps them, and puts
-// the freezer back to FROZEN; the caller thaws. A cancelled operation
+// dump runs the frozen part of the checkpoint on the (frozen) container
+// and reports the bytes written as progress. CRIU seizes the frozen tasks,
+// dumps them, and puts the freezer back to FROZEN; the caller thaws. With
+// a background dump it returns once CRIU has write-protected the memory
+// and let go of the tasks: the rest is wait's. A cancelled operation
 // aborts the page capture: CRIU's next write fails, it lets go of the
 // tasks, and Run's error wraps context.Canceled.
 func (sc *snapshotCheckpoint) dump(op *operations.Operation) error {
@@ -217,6 +233,30 @@ func (sc *snapshotCheckpoint) dump(op *operations.Operation) error {
 		return fmt.Errorf("stateful snapshot of %s: %w", sc.name, err)
 	}
 	return nil
+}
+
+// wait waits for the memory a background dump writes after the thaw (at
+// once for a dump that wrote it all while frozen), reporting progress. A
+// cancelled operation aborts it as in dump; the container keeps running.
+func (sc *snapshotCheckpoint) wait(op *operations.Operation) error {
+	t0 := time.Now()
+	p := startProgress(op, map[string]any{api.MetaStage: "memory"}, sc.ck.Written)
+	err := sc.ck.Wait()
+	p.end()
+	sc.writeTime = time.Since(t0)
+	sc.background = sc.ck.Background()
+	if err != nil {
+		return fmt.Errorf("stateful snapshot of %s: %w", sc.name, err)
+	}
+	return nil
+}
+
+// memory names when the snapshot's memory was written (for benchmarks).
+func (sc *snapshotCheckpoint) memory() string {
+	if sc.background {
+		return SnapshotMemoryBackground
+	}
+	return SnapshotMemoryFrozen
 }
 
 // finish makes the checkpoint durable: the captured page files were synced

@@ -43,6 +43,14 @@ type CheckpointOptions struct {
 	// images are written and the page server listens (PageServer), Wait
 	// once the page server has ended.
 	Lazy bool
+	// Background writes the memory after the container runs again (CRIU's
+	// --background-memory, vessel's patch 0012), when Criu has it (see
+	// Runtime.BackgroundMemory; otherwise the dump is a plain one): Run
+	// returns once CRIU has write-protected the memory and let go of the
+	// tasks (a cgroup frozen before Run may be thawed then), Wait once
+	// every page of the frozen instant is written (and, with Pages,
+	// stored). Not with Lazy.
+	Background bool
 }
 
 // DefaultSparePageFiles is how many page-file FIFOs a capture prepares
@@ -66,7 +74,8 @@ const releaseTimeout = 30 * time.Second
 //
 //   - prepared (NewCheckpoint): Run, Close, Abort.
 //   - running (in Run): Written, Abort, Wait.
-//   - serving (Lazy, Run returned): PageServer, Wait, Abort.
+//   - serving (Lazy or Background, Run returned): Wait, Abort; PageConn
+//     (Lazy), Written (Background).
 //   - done (the dump ended): Pages, Written, Wait; Abort and Close do
 //     nothing.
 //   - closed (Close or Abort before Run): nothing; Run and Wait fail.
@@ -80,6 +89,7 @@ type Checkpoint struct {
 	runc    func() error       // the `runc checkpoint` fallback, or nil
 	capture *imgstream.Capture // Pages: the page files' FIFOs
 	lazy    *lazyDump          // Lazy: page server and status pipe
+	bg      *bgDump            // Background (and supported): status pipe
 	written atomic.Int64       // bytes handed to Pages
 
 	mu       sync.Mutex
@@ -131,8 +141,16 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 			err = fmt.Errorf("%w %s: %w", ErrCheckpoint, id, err)
 		}
 	}()
+	if o.Lazy && o.Background {
+		return nil, fmt.Errorf("%w: a lazy dump cannot write its memory in the background", ErrInvalid)
+	}
 	if o.Lazy {
 		if c.lazy, err = newLazyDump(o.WorkPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.Background && r.BackgroundMemory() {
+		if c.bg, err = newBgDump(o.WorkPath); err != nil {
 			return nil, err
 		}
 	}
@@ -147,6 +165,9 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 			c.req.CgroupYard = proto.String(yard)
 		}
 	}
+	if direct == nil && c.bg != nil {
+		c.bg.setOpts(c.req)
+	}
 	switch {
 	case errors.Is(direct, errNoDirectDump) && o.Lazy:
 		// runc cannot hand CRIU the page server's socket.
@@ -154,6 +175,10 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 	case errors.Is(direct, errNoDirectDump):
 		r.cfg.Log.Debug("runc checkpoint instead of a direct dump", "id", id, "err", direct)
 		c.req, c.runc = nil, func() error { return r.runcCheckpoint(id, o) }
+		if c.bg != nil { // runc cannot ask for it: a plain dump
+			c.bg.close()
+			c.bg = nil
+		}
 	case direct != nil:
 		return nil, direct
 	case o.Lazy:
@@ -217,6 +242,17 @@ func (c *Checkpoint) Run() error {
 	if c.lazy != nil {
 		return c.runLazy()
 	}
+	if c.bg != nil {
+		return c.runBackground()
+	}
+	pages, err := c.dumpAndCapture()
+	c.end(err, pages)
+	return err
+}
+
+// dumpAndCapture runs the dump and ends the page capture: the page files
+// stored, and the dump's result.
+func (c *Checkpoint) dumpAndCapture() ([]string, error) {
 	err := c.dump()
 	var pages []string
 	var cerr error
@@ -226,8 +262,7 @@ func (c *Checkpoint) Run() error {
 	if err = c.copyResult(err, cerr); err != nil {
 		pages = nil
 	}
-	c.end(err, pages)
-	return err
+	return pages, err
 }
 
 // copyResult is the outcome of a dump whose CRIU (or runc) returned err
@@ -331,16 +366,16 @@ func (c *Checkpoint) Abort() {
 	if c.capture != nil {
 		c.capture.Abort()
 	}
-	if c.lazy != nil {
+	if c.lazy != nil || c.bg != nil {
 		select {
-		case <-c.returned: // the page server listens, or the dump is over
+		case <-c.returned: // the page server listens, the tasks run, or the dump is over
 		case <-deadline.C:
 			return
 		}
 		c.mu.Lock()
 		serving := c.state == checkpointServing
 		c.mu.Unlock()
-		if serving {
+		if serving && c.lazy != nil {
 			c.lazy.hangUp()
 		}
 	}
@@ -379,5 +414,8 @@ func (c *Checkpoint) release() {
 	}
 	if c.lazy != nil {
 		c.lazy.close()
+	}
+	if c.bg != nil {
+		c.bg.close()
 	}
 }

@@ -393,6 +393,51 @@ func TestCheckpointCancel(t *testing.T) {
 	}
 }
 
+// TestCheckpointBackground: a background dump lets the container go once
+// its memory is write-protected. Run returns while the sink has not stored
+// a single page file (it never does: it blocks), and the container runs,
+// thawed and traced by nobody, while its memory is still being written;
+// Abort then ends the dump with the cause, and the container runs on.
+func TestCheckpointBackground(t *testing.T) {
+	e := newTestEnv(t)
+	if !e.rt.BackgroundMemory() {
+		t.Fatalf("criu %s has no --background-memory (vessel's patch 0012: run scripts/setup.sh)", e.rt.cfg.Criu)
+	}
+	id := "bg1"
+	e.start(id, "/bin/sh", "-c", "x=$(yes | head -c 33554432); echo ready ${#x}; "+counterScript)
+	waitFor(t, "the memory to be filled (log %q)", e.logContains(id, "ready 33554431"), func() any {
+		b, _ := os.ReadFile(e.rt.LogPath(id))
+		return string(b)
+	})
+	waitFor(t, "the counter to start", func() bool { return e.fileCount() >= 1 })
+	cg := e.cgroup(id)
+
+	sink := &blockingSink{started: make(chan struct{})}
+	ck, err := e.rt.NewCheckpoint(t.Context(), id, CheckpointOptions{
+		ImagePath: filepath.Join(e.dir, "ckpt-bg"), LeaveRunning: true, Pages: sink, Background: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ck.Abort)
+	if !ck.Background() {
+		t.Fatal("not a background dump")
+	}
+	e.freeze(cg)
+	if err := ck.Run(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkRuns(id, cg) // thaws: the counter counts while the dump waits on the sink
+	ck.Abort()
+	if err := ck.Wait(); !errors.Is(err, imgstream.ErrAborted) || !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("Wait after Abort = %v, want ErrCheckpoint and ErrAborted", err)
+	}
+	if len(ck.Pages()) != 0 {
+		t.Errorf("Pages() = %v after an aborted dump", ck.Pages())
+	}
+	e.checkRuns(id, cg)
+}
+
 // TestCheckpointClose releases prepared checkpoints that never run, by
 // Close and by Abort: the CRIU service exits and the FIFOs go.
 func TestCheckpointClose(t *testing.T) {

@@ -56,6 +56,9 @@ type Runtime struct {
 	userns   map[IDMap]*os.File // PrepareIDMap's user namespaces
 	yardOnce sync.Once
 	yard     string // CRIU's cgroup yard (cgroupYard)
+
+	bgOnce sync.Once
+	bgOK   bool // Criu has --background-memory (BackgroundMemory)
 }
 
 // Status is a container's state as runc reports it.

@@ -18,6 +18,8 @@ var (
 	memhogSource string
 	//go:embed testdata/beat.c
 	beatSource string
+	//go:embed testdata/memtick.c
+	memtickSource string
 	//go:embed testdata/undumpable.c
 	undumpableSource string
 	//go:embed testdata/netprobe.c
@@ -57,6 +59,11 @@ func (h *Host) Ping(name, ip string) Result {
 // BuildMemhog compiles memhog (testdata/memhog.c: fills MiB of anonymous
 // memory with a known sequence and verifies it on SIGUSR1) into dst.
 func BuildMemhog(dst string) error { return buildStatic("memhog", memhogSource, dst) }
+
+// BuildMemtick compiles memtick (testdata/memtick.c: keeps rewriting MiB
+// of anonymous memory, in place and by remapping, at a set rate, and checks
+// on SIGUSR1 that its memory is one instant's) into dst.
+func BuildMemtick(dst string) error { return buildStatic("memtick", memtickSource, dst) }
 
 // BuildBeat compiles beat (testdata/beat.c: rewrites its memory at a set
 // rate and records the largest gap between its 1 ms ticks, the freeze seen

@@ -262,6 +262,61 @@ func TestSnapshotStateful(t *testing.T) {
 	h.assertNoSnapshotTraces("c1", "live")
 }
 
+// TestSnapshotStatefulBackground: a stateful snapshot's memory is written
+// after the thaw (CRIU write-protects it while frozen, patch 0012), and the
+// image is still the frozen instant's. memtick rewrites its memory without
+// pause (in place, and by mapping new blocks and unmapping the old ones)
+// while each snapshot is written; after each restore every word must be of
+// the one instant its own sweep position says. Memory saved after the
+// container changed it fails that (checked with the protection left out).
+func TestSnapshotStatefulBackground(t *testing.T) {
+	h := newHost(t)
+	p := filepath.Join(t.TempDir(), "memtick")
+	if err := testhost.BuildMemtick(p); err != nil {
+		t.Fatal(err)
+	}
+	h.OK("launch", "busybox", "c1")
+	h.StartMemtick("c1", p, 512, 4000)
+	pid := h.instances()["c1"].PID
+	ctx := t.Context()
+
+	snaps := []string{"s0", "s1"}
+	for _, snap := range snaps {
+		op, err := h.Client().CreateSnapshot(ctx, "c1", api.SnapshotsPost{Name: snap, Stateful: true})
+		if err == nil {
+			err = op.Wait(ctx, nil)
+		}
+		if err != nil {
+			t.Fatalf("snapshot %s: %v", snap, err)
+		}
+		md := op.Metadata
+		if md["memory"] != "background" {
+			t.Fatalf("snapshot %s: memory written %v, want background (a CRIU without vessel's patch 0012? run scripts/setup.sh)", snap, md["memory"])
+		}
+		log, _ := os.ReadFile(filepath.Join(h.RunDir(), "criu", "c1", "dump", "dump.log"))
+		served := ""
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "write faults served") {
+				served = l
+			}
+		}
+		t.Logf("snapshot %s: frozen %v ms, memory written in %v ms after the thaw, %v page bytes; %s",
+			snap, md[api.MetaFrozenMs], md["write_ms"], md["page_bytes"], served)
+		if i := h.instances()["c1"]; i.Status != api.StatusRunning || i.PID != pid {
+			t.Fatalf("after snapshot %s: %+v, want the same init %d running", snap, i, pid)
+		}
+		if v := h.VerifyMemtick("c1"); v != "ok" {
+			t.Fatalf("the running memtick after snapshot %s: %s", snap, v)
+		}
+	}
+	for _, snap := range snaps {
+		h.OK("snapshot", "restore", "c1", snap, "--stateful", "--force")
+		if v := h.VerifyMemtick("c1"); v != "ok" {
+			t.Errorf("memtick restored from %s: %s", snap, v)
+		}
+	}
+}
+
 // TestSnapshotStatefulUndumpable: CRIU refuses an established TCP
 // connection (without --tcp-established). The snapshot fails with CRIU's
 // reason, nothing is left, and the container runs on untouched.
