@@ -130,6 +130,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	}
 	e.cfg = Config{
 		Shim:     shimBinary,
+		Criu:     os.Getenv("VESSEL_CRIU"), // "" : the default
 		Root:     filepath.Join(dir, "runc"),
 		StateDir: filepath.Join(dir, "state"),
 	}
