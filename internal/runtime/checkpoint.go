@@ -98,6 +98,7 @@ type Checkpoint struct {
 	done     chan struct{} // closed when the dump has ended
 	err      error         // the dump's result, once done
 	pages    []string      // the page files Pages stored, once done
+	parent   string        // the last PreDump's directory, or ""
 }
 
 // checkpointState is where a Checkpoint is in its life (see Checkpoint).

@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/vesselhost/vessel/internal/imgstream"
+)
+
+// TestCheckpointPrecopy pre-dumps a running container twice, then dumps
+// it frozen with its parent images, kills it and restores it from the
+// chain of three directories: it counts on from where it was. The passes
+// after the first write only what changed (the counter's shell, its
+// tracked memory mostly untouched): the final dump has fewer bytes than
+// the first pass and leaves pages to its parents.
+func TestCheckpointPrecopy(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	id := "pc1"
+	bundle := e.bundle(id, "/bin/sh", "-c", counterScript)
+	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the counter to reach 3", func() bool { return e.fileCount() >= 3 })
+	exits, err := e.rt.Watch(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, work := filepath.Join(e.dir, "ckpt"), filepath.Join(e.dir, "ckpt-work")
+	ck, err := e.rt.NewCheckpoint(ctx, id, CheckpointOptions{
+		ImagePath: images, WorkPath: work, LeaveRunning: true, Pages: &imgstream.DirSink{Dir: images},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ck.Abort)
+	var passes []int64
+	for i := 1; i <= 2; i++ {
+		n, err := ck.PreDump(filepath.Join(e.dir, fmt.Sprintf("pre-%d", i)))
+		if err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+		passes = append(passes, n)
+	}
+	if _, err := ck.PreDump(filepath.Join(e.dir, "elsewhere", "pre-3")); err == nil {
+		t.Error("a pass outside the images' directory was taken")
+	}
+	cg := e.cgroup(id)
+	e.freeze(cg)
+	before := e.fileCount()
+	if err := ck.Run(); err != nil {
+		t.Fatal(err)
+	}
+	final, err := pageBytes(images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("page bytes: passes %v, final %d", passes, final)
+	// The counter's shell forks a new sleep every tick (a new task's
+	// memory is all written); the shell itself barely changes.
+	if passes[0] == 0 || final >= passes[0] {
+		t.Errorf("page bytes: passes %v, final %d: the final dump was not incremental", passes, final)
+	}
+	if _, err := ck.PreDump(filepath.Join(e.dir, "pre-late")); err == nil {
+		t.Error("a pre-dump after Run was taken")
+	}
+	if l, err := os.Readlink(filepath.Join(images, "parent")); err != nil || l != "../pre-2" {
+		t.Errorf("parent link %q %v", l, err)
+	}
+	if err := e.rt.Kill(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, exits)
+	if err := e.rt.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.rt.Restore(ctx, id, bundle, RestoreOptions{ImagePath: images, WorkPath: filepath.Join(e.dir, "restore-work")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.InitPid <= 0 {
+		t.Fatalf("restored process %+v", p)
+	}
+	waitFor(t, "tick %d after restore", e.logContains(id, fmt.Sprintf("tick %d\n", before+1)), func() any { return before + 1 })
+	// CRIU's log counts the pages left to the parent: "N holes".
+	if b, err := os.ReadFile(filepath.Join(work, "dump.log")); err != nil || !regexp.MustCompile(`[1-9][0-9]* holes`).Match(b) {
+		t.Errorf("the final dump left no page to its parent (%v)", err)
+	}
+	if err := e.rt.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.checkGone(id)
+}
