@@ -45,15 +45,19 @@ type Case struct {
 	HeartbeatGapMs benchutil.Stats `json:"heartbeat_gap_ms,omitzero"`
 	// ClientGapMs is the largest gap between two answers the outside
 	// client got, per live move (ClientGapsMs lists them in order).
-	ClientGapMs    benchutil.Stats       `json:"client_gap_ms,omitzero"`
-	ClientGapsMs   []float64             `json:"client_gaps_ms,omitempty"`
-	TotalMs        benchutil.Stats       `json:"total_ms"`
-	SuspendDumpMs  benchutil.Stats       `json:"suspend_dump_ms"`
-	UndumpResumeMs benchutil.Stats       `json:"undump_resume_ms"`
-	PostcopyMs     benchutil.Stats       `json:"postcopy_ms,omitzero"`
-	PrecopyPasses  benchutil.Stats       `json:"precopy_iterations"`
-	DumpMiB        benchutil.Stats       `json:"copy_dump_mib"`
-	Timings        []api.MigrationTiming `json:"timings"`
+	ClientGapMs    benchutil.Stats `json:"client_gap_ms,omitzero"`
+	ClientGapsMs   []float64       `json:"client_gaps_ms,omitempty"`
+	TotalMs        benchutil.Stats `json:"total_ms"`
+	SuspendDumpMs  benchutil.Stats `json:"suspend_dump_ms"`
+	UndumpResumeMs benchutil.Stats `json:"undump_resume_ms"`
+	PostcopyMs     benchutil.Stats `json:"postcopy_ms,omitzero"`
+	// PullMBps is the post-copy page pull rate of each move: the bytes the
+	// target pulled after the resume over the post-copy time, in MB/s
+	// (10^6 bytes).
+	PullMBps      benchutil.Stats       `json:"postcopy_pull_mb_per_s,omitzero"`
+	PrecopyPasses benchutil.Stats       `json:"precopy_iterations"`
+	DumpMiB       benchutil.Stats       `json:"copy_dump_mib"`
+	Timings       []api.MigrationTiming `json:"timings"`
 }
 
 // Floor is what the underlying tools take on this machine in this run,
@@ -135,8 +139,8 @@ func main() {
 				for k := range subjects {
 					sj := subjects[(i+k)%len(subjects)]
 					sj.move(r, c, mode, beat, echo, size, *rate)
-					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, client gap %v, total %.0f ms\n",
-						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), sj.total[len(sj.total)-1])
+					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, client gap %v, total %.0f ms%s\n",
+						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), sj.total[len(sj.total)-1], sj.pullNote(mode))
 					fl.sample()
 				}
 			}
@@ -308,10 +312,10 @@ func (cl *client) close() {
 
 // subject is one container a run moves back and forth, and its samples.
 type subject struct {
-	sec, name, at                                             string
-	client                                                    *client
-	cs                                                        Case
-	frozen, gap, clientGap, total, sd, ur, post, passes, dump []float64
+	sec, name, at                                                   string
+	client                                                          *client
+	cs                                                              Case
+	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
 }
 
 // launchSubject launches the container of one kind (security) and size.
@@ -368,8 +372,20 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, ech
 	sj.sd = append(sj.sd, t.SuspendDump*1000)
 	sj.ur = append(sj.ur, t.UndumpResume*1000)
 	sj.post = append(sj.post, t.Postcopy*1000)
+	if t.Postcopy > 0 {
+		sj.pull = append(sj.pull, float64(t.PostcopyBytes)/t.Postcopy/1e6)
+	}
 	sj.passes = append(sj.passes, float64(t.PrecopyIterations))
 	sj.dump = append(sj.dump, float64(t.DumpBytes)/(1<<20))
+}
+
+// pullNote describes the last move's post-copy pull, for the progress line.
+func (sj *subject) pullNote(mode string) string {
+	if mode != api.MemoryLazy || len(sj.pull) == 0 {
+		return ""
+	}
+	t := sj.cs.Timings[len(sj.cs.Timings)-1]
+	return fmt.Sprintf(", post-copy %.0f ms %.0f MiB (%.0f MB/s)", t.Postcopy*1000, float64(t.PostcopyBytes)/(1<<20), sj.pull[len(sj.pull)-1])
 }
 
 // summary is the case of mode over the moves recorded since reset.
@@ -381,6 +397,7 @@ func (sj *subject) summary(mode string, n int) Case {
 	cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(sj.passes), benchutil.Summarise(sj.dump)
 	if mode == api.MemoryLazy {
 		cs.PostcopyMs = benchutil.Summarise(sj.post)
+		cs.PullMBps = benchutil.Summarise(sj.pull)
 	}
 	if len(sj.gap) > 0 {
 		cs.HeartbeatGapMs = benchutil.Summarise(sj.gap)
