@@ -104,8 +104,6 @@ type migrationTarget struct {
 	// before the source freezes.
 	prep *prepared
 	rst  runtime.Restorer // the live restore, prepared with prep
-	// committed: the volume was made from the last pass (commitDisk).
-	committed bool
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -265,14 +263,6 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 			if err := m.receiveDisk(ctx, msg); err != nil {
 				return err
 			}
-			// The last pass of a live move came in while the source is
-			// frozen and dumping: its volume is made now, not after the
-			// images.
-			if msg.Final && m.hello.Live {
-				if err := m.commitDisk(ctx, r); err != nil {
-					return err
-				}
-			}
 		case migration.MsgImages:
 			if err := m.receiveImages(ctx, msg.Pages); err != nil {
 				return err
@@ -305,9 +295,12 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
 	t0 := time.Now()
-	if err := m.commitDisk(ctx, r); err != nil {
-		return err
+	if err := m.disk.Commit(ctx); err != nil {
+		return fmt.Errorf("create root filesystem: %w", err)
 	}
+	vol := containerVolume(m.name)
+	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
+	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
 	case m.hello.Live:
@@ -331,25 +324,6 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	r.Success()
 	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
-}
-
-// commitDisk makes the container's volume from the last received pass,
-// once: right after the final pass of a live move (while the source still
-// dumps), or at "start".
-func (m *migrationTarget) commitDisk(ctx context.Context, r *revert.Reverter) error {
-	if m.committed {
-		return nil
-	}
-	d := m.d
-	t0 := time.Now()
-	if err := m.disk.Commit(ctx); err != nil {
-		return fmt.Errorf("create root filesystem: %w", err)
-	}
-	m.committed = true
-	vol := containerVolume(m.name)
-	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
-	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
-	return nil
 }
 
 // restore brings the checkpointed processes back. With lazy memory a
