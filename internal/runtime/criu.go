@@ -82,29 +82,36 @@ func (s *criuService) dump(opts *rpc.CriuOpts) error {
 
 // call sends one request and reads its response.
 func (s *criuService) call(typ rpc.CriuReqType, opts *rpc.CriuOpts) error {
+	_, err := criuCall(s.sk, typ, opts)
+	return err
+}
+
+// criuCall sends one request on a CRIU RPC socket (a dump's service, a
+// direct restore's) and reads CRIU's answer to it.
+func criuCall(sk *os.File, typ rpc.CriuReqType, opts *rpc.CriuOpts) (*rpc.CriuResp, error) {
 	req, err := proto.Marshal(&rpc.CriuReq{Type: typ.Enum(), Opts: opts})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := s.sk.Write(req); err != nil {
-		return fmt.Errorf("criu request: %w", err)
+	if _, err := sk.Write(req); err != nil {
+		return nil, fmt.Errorf("criu request: %w", err)
 	}
 	buf := make([]byte, criuMaxResponse)
-	n, err := s.sk.Read(buf)
+	n, err := sk.Read(buf)
 	if err != nil {
-		return fmt.Errorf("criu response: %w", err)
+		return nil, fmt.Errorf("criu response: %w", err)
 	}
 	var resp rpc.CriuResp
 	if err := proto.Unmarshal(buf[:n], &resp); err != nil {
-		return fmt.Errorf("criu response: %w", err)
+		return nil, fmt.Errorf("criu response: %w", err)
 	}
 	switch {
 	case !resp.GetSuccess():
-		return &criuRequestError{msg: resp.GetCrErrmsg(), errno: resp.GetCrErrno()}
+		return nil, &criuRequestError{msg: resp.GetCrErrmsg(), errno: resp.GetCrErrno()}
 	case resp.GetType() != typ:
-		return fmt.Errorf("criu answered %s to %s", resp.GetType(), typ)
+		return nil, fmt.Errorf("criu answered %s to %s", resp.GetType(), typ)
 	}
-	return nil
+	return &resp, nil
 }
 
 // close ends the service (a CRIU waiting for its request exits when its

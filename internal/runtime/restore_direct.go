@@ -336,8 +336,8 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	pid, err := p.call()
 	lap("criu returned")
 	if err != nil {
-		return Process{}, fmt.Errorf("%w %s: CRIU restore: %w%s", ErrStart, p.id, err,
-			criuLogErrors(filepath.Join(p.o.WorkPath, "restore.log")))
+		return Process{}, fmt.Errorf("%w %s: CRIU restore: %w", ErrStart, p.id,
+			criuFailure(err, filepath.Join(p.o.WorkPath, "restore.log")))
 	}
 	if err := p.writeRuncState(pid); err != nil {
 		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // its cgroup is the caller's to empty
@@ -390,32 +390,18 @@ func (p *PreparedRestore) inheritPipes() error {
 
 // call sends the restore request and returns the restored init's pid.
 func (p *PreparedRestore) call() (int, error) {
-	req, err := proto.Marshal(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: p.opts})
-	if err != nil {
-		return 0, err
-	}
-	if _, err := p.sk.Write(req); err != nil {
-		return 0, fmt.Errorf("request: %w", err)
-	}
-	buf := make([]byte, criuMaxResponse)
-	n, err := p.sk.Read(buf)
+	resp, err := criuCall(p.sk, rpc.CriuReqType_RESTORE, p.opts)
 	if errors.Is(err, io.EOF) {
 		return 0, errors.New("CRIU ended without an answer")
 	}
 	if err != nil {
-		return 0, fmt.Errorf("response: %w", err)
+		return 0, err
 	}
-	var resp rpc.CriuResp
-	if err := proto.Unmarshal(buf[:n], &resp); err != nil {
-		return 0, fmt.Errorf("response: %w", err)
+	pid := resp.GetRestore().GetPid()
+	if pid <= 0 {
+		return 0, errors.New("CRIU's restore answer names no pid")
 	}
-	switch {
-	case !resp.GetSuccess():
-		return 0, fmt.Errorf("failed (errno %d)", resp.GetCrErrno())
-	case resp.GetType() != rpc.CriuReqType_RESTORE || resp.GetRestore().GetPid() <= 0:
-		return 0, fmt.Errorf("unexpected answer %s", resp.GetType())
-	}
-	return int(resp.GetRestore().GetPid()), nil
+	return int(pid), nil
 }
 
 // writeRuncState writes the state file `runc restore` writes after CRIU's
