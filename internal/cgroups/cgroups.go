@@ -213,6 +213,13 @@ func (c *cgroup) Pids() ([]int, error) {
 }
 
 func (c *cgroup) Freeze(ctx context.Context) error {
+	if dir := c.m.Path("freezer"); c.version == V1 && dir != "" {
+		if err := freezeV1(ctx, dir); err != nil {
+			_ = c.m.Freeze(occgroups.Thawed)
+			return fmt.Errorf("freeze cgroup %s: %w", c.path, err)
+		}
+		return nil
+	}
 	done := make(chan error, 1)
 	go func() { done <- c.m.Freeze(occgroups.Frozen) }()
 	select {

@@ -19,6 +19,11 @@ import (
 // nothing is left on the machine. Whatever is left anyway (the test failed,
 // or vessel leaked) is removed by force and, if the test had passed, reported
 // as a leak.
+// KeepLogsEnv names a directory: when it is set, every host's daemon log is
+// copied there at teardown, named after the host's root (benchmarks keep
+// the daemons' debug timings this way).
+const KeepLogsEnv = "VESSEL_KEEP_LOGS"
+
 func (h *Host) Teardown() {
 	if h.pid != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -40,6 +45,13 @@ func (h *Host) Teardown() {
 		h.forceCleanup()
 		if again := h.Leftovers(); len(again) > 0 {
 			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
+		}
+	}
+	if dir := os.Getenv(KeepLogsEnv); dir != "" {
+		// Asked for: a copy of every daemon's log (benchmarks' debug laps).
+		if b, err := os.ReadFile(h.logPath); err == nil {
+			_ = os.MkdirAll(dir, 0o700)
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(h.root)+".log"), b, 0o600)
 		}
 	}
 	if h.t.Failed() && strings.HasPrefix(h.logPath, h.root+"/") {
