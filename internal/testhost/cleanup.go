@@ -21,7 +21,8 @@ import (
 // as a leak.
 // KeepLogsEnv names a directory: when it is set, every host's daemon log is
 // copied there at teardown, named after the host's root (benchmarks keep
-// the daemons' debug timings this way).
+// the daemons' debug timings this way), with the CRIU logs of the moves
+// daemons started with VESSEL_KEEP_MIGRATION_FILES=1 kept.
 const KeepLogsEnv = "VESSEL_KEEP_LOGS"
 
 func (h *Host) Teardown() {
@@ -52,6 +53,14 @@ func (h *Host) Teardown() {
 		if b, err := os.ReadFile(h.logPath); err == nil {
 			_ = os.MkdirAll(dir, 0o700)
 			_ = os.WriteFile(filepath.Join(dir, filepath.Base(h.root)+".log"), b, 0o600)
+		}
+		// and CRIU's logs of the moves a daemon kept (--keep-migration-files)
+		kept, _ := filepath.Glob(filepath.Join(h.runDir, "migrate-kept", "*", "*.log"))
+		for _, l := range kept {
+			if b, err := os.ReadFile(l); err == nil {
+				name := filepath.Base(h.root) + "-" + filepath.Base(filepath.Dir(l)) + "-" + filepath.Base(l)
+				_ = os.WriteFile(filepath.Join(dir, name), b, 0o600)
+			}
 		}
 	}
 	if h.t.Failed() && strings.HasPrefix(h.logPath, h.root+"/") {

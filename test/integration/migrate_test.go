@@ -127,6 +127,19 @@ func TestLiveMigrationRoundTrips(t *testing.T) {
 		boot = c.OK("console", "alpha:w1")
 		return strings.Contains(boot, "w1")
 	})
+	// The container's tmpfs trees (CRIU archives them on every move)
+	// keep their entries and owners as the container sees them. Not
+	// /dev/mqueue's root: the mqueue superblock belongs to the IPC
+	// namespace, whose creator owns it, and CRIU's restore creates that
+	// namespace outside the user namespace (0:65534 becomes 65534:65534).
+	c.OK("exec", "alpha:w1", "--", "sh", "-c", "touch /run/owned && chown 1000:2000 /run/owned && chmod 640 /run/owned")
+	trees := func(at string) string {
+		return c.OK("exec", at, "--", "sh", "-c", "find /dev /run /sys/fs/cgroup -xdev | grep -v '^/dev/mqueue$' | sort | xargs stat -c '%n %u:%g %a %F'")
+	}
+	before := trees("alpha:w1")
+	if !strings.Contains(before, "/run/owned 1000:2000 640 ") {
+		t.Fatalf("tmpfs listing lacks /run/owned:\n%s", before)
+	}
 	hosts := []string{"alpha", "beta"}
 	for i := 0; i < 20; i++ {
 		from, to := hosts[i%2], hosts[(i+1)%2]
@@ -151,6 +164,9 @@ func TestLiveMigrationRoundTrips(t *testing.T) {
 			t.Fatalf("move %d: w1 on %s: %+v (address was %s)", i, to, inst, addr)
 		}
 		w.check(to + ":w1")
+		if got := trees(to + ":w1"); got != before {
+			t.Fatalf("move %d: the tmpfs trees changed:\nbefore:\n%s\nafter:\n%s", i, before, got)
+		}
 		if log := c.OK("console", to+":w1"); !strings.HasPrefix(log, boot) {
 			t.Fatalf("move %d: console log on %s lost the boot output:\n%s", i, to, log)
 		}
