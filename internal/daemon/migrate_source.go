@@ -372,6 +372,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 		return err
 	}
 	m.timing.CopyDump, m.timing.DumpBytes = migration.Seconds(time.Since(t2)), n+m.pageBytes.Load()
+	d.log.Debug("migration source: images sent", "name", m.name, "bytes", n, "took", time.Since(t2))
 
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/migration"
 	"github.com/vesselhost/vessel/internal/revert"
@@ -49,13 +50,17 @@ func (m *migrationTarget) receiveImages(ctx context.Context, pages []string) err
 		return err
 	}
 	defer st.Close()
+	t0 := time.Now()
 	n, err := migration.ReceiveDir(m.budget.reader(st), m.images)
 	if err != nil {
 		return fmt.Errorf("receive checkpoint images: %w", err)
 	}
+	t1 := time.Now()
 	if err := m.waitPages(ctx, pages); err != nil {
 		return fmt.Errorf("receive memory pages: %w", err)
 	}
+	m.d.log.Debug("migration target: images received", "name", m.name, "bytes", n,
+		"took", t1.Sub(t0), "then pages", time.Since(t1))
 	return m.sess.Send(migration.Message{Type: migration.MsgImagesDone, Bytes: n})
 }
 

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"archive/tar"
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +19,12 @@ func SendDir(w io.Writer, dir string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tw := tar.NewWriter(w)
+	// One buffer for the whole stream: a checkpoint is ~100 small files,
+	// and each tar header or file written straight to the session would
+	// be a frame, a TLS record and a syscall of its own (in the frozen
+	// window of a live move).
+	bw := bufio.NewWriterSize(w, sendDirBuffer)
+	tw := tar.NewWriter(bw)
 	var total int64
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -42,8 +48,14 @@ func SendDir(w io.Writer, dir string) (int64, error) {
 			return total, err
 		}
 	}
-	return total, tw.Close()
+	if err := tw.Close(); err != nil {
+		return total, err
+	}
+	return total, bw.Flush()
 }
+
+// sendDirBuffer is SendDir's write buffer.
+const sendDirBuffer = 256 << 10
 
 // ReceiveDir reads a stream made by SendDir into dir (created if needed)
 // and returns the payload bytes. Only plain file names are accepted.
