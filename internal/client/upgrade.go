@@ -80,5 +80,5 @@ func (b *bufConn) CloseWrite() error {
 	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	return b.Conn.Close()
+	return b.Close()
 }

@@ -252,7 +252,7 @@ func (c *countingConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	return c.Conn.Close()
+	return c.Close()
 }
 
 // pageSink streams each page file of a dump to the target on its own

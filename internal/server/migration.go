@@ -59,7 +59,7 @@ func (c *readerConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	return c.Conn.Close()
+	return c.Close()
 }
 
 // ConnectionState is the TLS state of the connection underneath (the
