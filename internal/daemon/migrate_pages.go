@@ -67,6 +67,21 @@ func (m *migrationSource) dialPageLink(ctx context.Context, peer state.Peer, tok
 	}()
 }
 
+// awaitPageLink waits until the page link is dialled (it normally is:
+// the disk passes came in between) and returns its error.
+func (m *migrationSource) awaitPageLink(ctx context.Context) error {
+	l := m.link
+	if l == nil {
+		return errors.New("post-copy move without a page link")
+	}
+	select {
+	case <-l.done:
+		return l.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // servePages relays between the page link and the page server's socket.
 // Without a link (it failed) the page server is hung up on: the target's
 // lazy-pages fails and says so.

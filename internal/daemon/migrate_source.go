@@ -313,6 +313,11 @@ func (m *migrationSource) live(ctx context.Context) error {
 		}
 	}()
 	if lazy {
+		// The page link is up before the freeze (the target's restore
+		// claims it), or the move fails with the container running.
+		if err := m.awaitPageLink(ctx); err != nil {
+			return err
+		}
 		// Recorded before the freeze: a daemon that dies from here on
 		// hangs up on the page server by dying (its end of the socket
 		// closes), and at its next start waits until CRIU has let go of
