@@ -89,6 +89,9 @@ type Daemon struct {
 	// incoming are the live incoming migration sessions, by peer
 	// (migrate_target_limits.go).
 	incoming incomingSessions
+	// pageLinks are post-copy page links waiting for their move
+	// (migrate_pages.go).
+	pageLinks pageLinks
 }
 
 // New prepares a daemon: it takes the root's lock, opens the state store,

@@ -615,6 +615,10 @@ func (p *fakePeer) Upgrade(ctx context.Context, path, protocol string) (net.Conn
 	return nil, errFakeUnsupported
 }
 
+func (p *fakePeer) UpgradeWith(ctx context.Context, path, protocol string, raw func(net.Conn) net.Conn) (net.Conn, error) {
+	return nil, errFakeUnsupported
+}
+
 var (
 	_ instanceRuntime = (*fakeRuntime)(nil)
 	_ instanceNetwork = (*fakeNetwork)(nil)

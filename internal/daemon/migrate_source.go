@@ -81,6 +81,7 @@ type migrationSource struct {
 	target string // the target host's name
 	req    api.InstanceMigratePost
 	sess   *migration.Session
+	link   *pageLinkDial // a post-copy move's page link (migrate_pages.go)
 	timing api.MigrationTiming
 	// disk sends the container's volume in passes (closed at the end:
 	// btrfs deletes its transfer snapshots then); passes counts them.
@@ -222,6 +223,9 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
 		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, TransferFormat: d.storage.Info().TransferFormat,
 		Snapshots: snapshots}
+	if req.Live && req.Memory == api.MemoryLazy {
+		hello.PageToken = migration.NewPageToken()
+	}
 	if err := sess.Send(hello); err != nil {
 		return err
 	}
@@ -229,6 +233,9 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 		return fmt.Errorf("%s refused the migration: %w", peer.Name, err)
 	}
 	m.sess = sess
+	if hello.PageToken != "" {
+		m.dialPageLink(ctx, peer, hello.PageToken)
+	}
 	return nil
 }
 
@@ -306,6 +313,11 @@ func (m *migrationSource) live(ctx context.Context) error {
 		}
 	}()
 	if lazy {
+		// The page link is up before the freeze (the target's restore
+		// claims it), or the move fails with the container running.
+		if err := m.awaitPageLink(ctx); err != nil {
+			return err
+		}
 		// Recorded before the freeze: a daemon that dies from here on
 		// hangs up on the page server by dying (its end of the socket
 		// closes), and at its next start waits until CRIU has let go of

@@ -90,6 +90,7 @@ type migrationTarget struct {
 	op    *operations.Operation
 	sess  *migration.Session
 	hello migration.Hello
+	peer  string // the source host
 	inst  *instance
 	name  string
 	// disk receives the container's volume in passes; closed at the end
@@ -189,7 +190,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	defer r.Fail()
 	// The record and the journal go together, last.
 	r.Add(func() { d.undo("forget", name, d.forget(inst)) })
-	m := &migrationTarget{d: d, op: op, sess: sess, hello: hello, inst: inst, name: name,
+	m := &migrationTarget{d: d, op: op, sess: sess, hello: hello, inst: inst, name: name, peer: peer,
 		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4), logsCh: make(chan net.Conn, 1),
 		pagesDone: map[string]error{}, pagesChanged: make(chan struct{}),
 		budget: &imageBudget{limit: d.imageLimit(hello.Instance.Config)}, pageSlots: make(chan struct{}, migrationPageStreams)}
@@ -338,7 +339,7 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	var lp *runtime.LazyPages
 	if lazy {
 		tlp := time.Now()
-		ps, err := m.tunnelPages()
+		ps, err := m.tunnelPages(ctx)
 		if err != nil {
 			return err
 		}

@@ -88,6 +88,9 @@ type peerAPI interface {
 	Instance(ctx context.Context, name string) (api.Instance, error)
 	// Upgrade opens a migration session.
 	Upgrade(ctx context.Context, path, protocol string) (net.Conn, error)
+	// UpgradeWith is Upgrade with the raw connection under TLS wrapped
+	// (a post-copy move's page link).
+	UpgradeWith(ctx context.Context, path, protocol string, raw func(net.Conn) net.Conn) (net.Conn, error)
 }
 
 // peerFunc connects to a peer host with this host's identity.

@@ -11,7 +11,8 @@
 //     first stream carries control messages; every bulk transfer (a disk
 //     send stream, checkpoint images, the lazy-page tunnel) gets its own
 //     stream, so control never waits behind data and nothing reconnects
-//     between phases.
+//     between phases. A post-copy move's pages have a connection of their
+//     own, the page link (pagelink.go).
 //   - Pre-copy iteration: one disk transfer while the container runs: a full
 //     send first, then the changes since the previous iteration. The target
 //     forces each one to disk and acknowledges it before the next (two-way
@@ -33,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 3
+const Version = 4
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -97,6 +98,9 @@ type Hello struct {
 	// TransferFormat is the format of the source's volume transfers
 	// (storage.Info.TransferFormat); the target must receive that format.
 	TransferFormat string `json:"transfer_format"`
+	// PageToken (a post-copy move) opens the page link the source dials
+	// beside the session (see PagesProtocol).
+	PageToken string `json:"page_token,omitempty"`
 }
 
 // Message is one control message; Type says which fields matter.

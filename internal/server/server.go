@@ -63,6 +63,10 @@ type Core interface {
 	// AcceptMigration serves an incoming migration session from the named
 	// peer in the background; it owns conn.
 	AcceptMigration(peer string, conn net.Conn)
+	// AcceptPageLink hands an incoming page link (a post-copy move's
+	// memory, migration.PagesProtocol) from the named peer to its move;
+	// it owns conn.
+	AcceptPageLink(peer string, conn net.Conn)
 }
 
 // Server serves the API of one daemon.
