@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -174,9 +175,8 @@ func mountRoot(cfg bootConfig) error {
 // /sys, moves it onto / and execs the image's init, as switch_root does
 // (the initramfs is not freed: the daemon lives in it).
 func switchRoot(cfg bootConfig) error {
-	initPath := filepath.Join(newRoot, cfg.Init)
-	if fi, err := os.Stat(initPath); err != nil || fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("the image's init %s is missing or not executable (%v)", cfg.Init, err)
+	if err := checkInit(cfg.Init); err != nil {
+		return err
 	}
 	ready, err := startDaemon(cfg)
 	if err != nil {
@@ -186,8 +186,14 @@ func switchRoot(cfg bootConfig) error {
 		{"devtmpfs", "dev", "mode=0755"},
 		{"proc", "proc", ""},
 		{"sysfs", "sys", ""},
+		// The guest's own terminals: the daemon's exec terminals are
+		// allocated here (see agent.Server), so that the guest sees them.
+		{"devpts", "dev/pts", "gid=5,mode=620,ptmxmode=666"},
 	} {
 		dir := filepath.Join(newRoot, m.dir)
+		if m.fstype == "devpts" {
+			_ = os.Mkdir(dir, 0o755)
+		}
 		if _, err := os.Stat(dir); err != nil {
 			continue // the image has no such directory; its init copes
 		}
@@ -213,6 +219,32 @@ func switchRoot(cfg bootConfig) error {
 	err = unix.Exec(cfg.Init, []string{cfg.Init}, os.Environ())
 	runtime.KeepAlive(ready)
 	return fmt.Errorf("exec %s: %w", cfg.Init, err)
+}
+
+// checkInit fails unless the image's init is an executable file, its
+// symbolic links followed inside the new root.
+func checkInit(init string) error {
+	root, err := unix.Open(newRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(root) }()
+	// An absolute link (/sbin/init -> /bin/busybox) is taken in the root.
+	fd, err := unix.Openat2(root, strings.TrimPrefix(init, "/"), &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+	if err != nil {
+		return fmt.Errorf("the image's init %s: %w", init, err)
+	}
+	f := os.NewFile(uintptr(fd), init)
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("the image's init %s is not an executable file", init)
+	}
+	return nil
 }
 
 // startDaemon starts "vessel-agent daemon" in a session of its own. It

@@ -243,6 +243,20 @@ func TestPushStaysInRoot(t *testing.T) {
 	if _, err := c.PullFile(ctxT(t), "/nothing", io.Discard); !errors.Is(err, ErrAgent) {
 		t.Fatalf("pull of a missing file: %v", err)
 	}
+	// An absolute link inside the root is taken in the root, as the guest
+	// takes it.
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/sub", filepath.Join(dir, "inner")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PushFile(ctxT(t), "/inner/f", strings.NewReader("x"), FileOptions{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sub/f")); err != nil || string(b) != "x" {
+		t.Fatalf("push through an absolute link: %q %v", b, err)
+	}
 	// The session survives refused requests.
 	if _, err := c.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -300,6 +314,46 @@ func TestDialRetriesUntilTheAgentAnswers(t *testing.T) {
 	never := func(context.Context) (net.Conn, error) { return nil, errors.New("refused") }
 	if _, _, err := Dial(ctx, never, DialOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("dial of an absent agent: %v", err)
+	}
+}
+
+// noClose keeps a connection open under a session's Close, as QEMU's
+// virtio-serial port keeps the guest's side open whatever the host does.
+type noClose struct{ net.Conn }
+
+func (noClose) Close() error { return nil }
+
+func TestDialSkipsAStaleSession(t *testing.T) {
+	p := &pipeAgent{srv: &Server{}}
+	defer p.close()
+	attempts := 0
+	dial := func(ctx context.Context) (net.Conn, error) {
+		attempts++
+		host, err := p.dial(ctx)
+		if err != nil || attempts > 1 {
+			return host, err
+		}
+		// A previous host used this session and went away without the
+		// guest noticing: its session is still there.
+		old, err := NewClient(noClose{host})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := old.Ping(ctx); err != nil {
+			return nil, err
+		}
+		_ = host.SetReadDeadline(time.Unix(1, 0)) // end old's reader
+		_ = old.Close()
+		_ = host.SetReadDeadline(time.Time{})
+		return host, nil
+	}
+	c, info, err := Dial(ctxT(t), dial, DialOptions{Stale: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if attempts != 2 || info.SessionStreams != 1 {
+		t.Fatalf("%d attempts, session streams %d", attempts, info.SessionStreams)
 	}
 }
 

@@ -52,7 +52,17 @@ type DialOptions struct {
 	Attempt time.Duration
 	// Retry is the pause between attempts (default 50ms).
 	Retry time.Duration
+	// Stale is the pause after finding a stale session (default 500ms).
+	Stale time.Duration
 }
+
+// errStaleSession: the first ping on a new connection was not the first
+// stream of the agent's session. A virtio-serial port has no connection of
+// its own: when the host side closes and reconnects faster than the guest
+// sees it close, the guest's old session reads the new bytes. Dial then
+// closes the connection and pauses, so that the guest sees the port close
+// and starts a fresh session.
+var errStaleSession = errors.New("agent: the guest's session is a previous connection's")
 
 // Dial connects to the agent, retrying until it answers a ping or ctx
 // ends (a booting guest's agent answers once its init has switched root).
@@ -64,6 +74,9 @@ func Dial(ctx context.Context, dial DialFunc, o DialOptions) (*Client, Info, err
 	if o.Retry <= 0 {
 		o.Retry = 50 * time.Millisecond
 	}
+	if o.Stale <= 0 {
+		o.Stale = 500 * time.Millisecond
+	}
 	var last error
 	for {
 		c, info, err := dialOnce(ctx, dial, o.Attempt)
@@ -71,10 +84,14 @@ func Dial(ctx context.Context, dial DialFunc, o DialOptions) (*Client, Info, err
 			return c, info, nil
 		}
 		last = err
+		pause := o.Retry
+		if errors.Is(err, errStaleSession) {
+			pause = o.Stale
+		}
 		select {
 		case <-ctx.Done():
 			return nil, Info{}, fmt.Errorf("agent: no answer: %w (last: %w)", ctx.Err(), last)
-		case <-time.After(o.Retry):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -91,6 +108,9 @@ func dialOnce(ctx context.Context, dial DialFunc, attempt time.Duration) (*Clien
 		return nil, Info{}, err
 	}
 	info, err := c.Ping(actx)
+	if err == nil && info.SessionStreams != 1 {
+		err = errStaleSession
+	}
 	if err != nil {
 		_ = c.Close()
 		return nil, Info{}, err

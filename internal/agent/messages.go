@@ -42,6 +42,9 @@ type Info struct {
 	ReadyAfter float64 `json:"ready_after"`
 	// Init is the command the agent's init switched the root to.
 	Init string `json:"init,omitempty"`
+	// SessionStreams counts the streams the session has accepted, this
+	// ping's included: 1 when the ping is a fresh session's first request.
+	SessionStreams uint64 `json:"session_streams"`
 }
 
 // execRequest is an exec's request.

@@ -46,7 +46,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) error {
 		return fmt.Errorf("agent session: %w", err)
 	}
 	defer func() { _ = sess.Close() }()
-	for {
+	for n := uint64(1); ; n++ {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, yamux.ErrSessionShutdown) {
@@ -54,7 +54,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) error {
 			}
 			return fmt.Errorf("agent session: %w", err)
 		}
-		go s.serveStream(st)
+		go s.serveStream(st, n)
 	}
 }
 
@@ -65,8 +65,9 @@ func (s *Server) log() *slog.Logger {
 	return s.Log
 }
 
-// serveStream answers the request a stream carries.
-func (s *Server) serveStream(st net.Conn) {
+// serveStream answers the request a stream carries; it is the session's
+// nth.
+func (s *Server) serveStream(st net.Conn, n uint64) {
 	defer func() { _ = st.Close() }()
 	fr := &frameReader{r: st}
 	fw := &frameWriter{w: st}
@@ -83,7 +84,9 @@ func (s *Server) serveStream(st net.Conn) {
 	var err error
 	switch req.Op {
 	case opPing:
-		err = fw.json(frameHeader, response{Version: ProtocolVersion, Info: s.info()})
+		info := s.info()
+		info.SessionStreams = n
+		err = fw.json(frameHeader, response{Version: ProtocolVersion, Info: info})
 	case opExec:
 		err = s.exec(fr, fw, req.Exec)
 	case opPush:

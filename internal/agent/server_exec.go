@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 // defaultPath is the PATH a command runs with when its env sets none.
@@ -35,7 +36,7 @@ func (s *Server) exec(fr *frameReader, fw *frameWriter, req *execRequest) error 
 	if cantRun != nil {
 		return s.execRefused(fw, req, cantRun)
 	}
-	p, err := startProcess(cmd, req, fw)
+	p, err := startProcess(s.Root, cmd, req, fw)
 	if err != nil {
 		return s.execRefused(fw, req, err)
 	}
@@ -109,7 +110,7 @@ func (s *Server) lookPath(name string, env []string) (string, error) {
 			search = v
 		}
 	}
-	root, err := os.OpenRoot(s.rootDir())
+	root, err := openGuestRoot(s.rootDir())
 	if err != nil {
 		return "", err
 	}
@@ -119,7 +120,7 @@ func (s *Server) lookPath(name string, env []string) (string, error) {
 			continue
 		}
 		p := path.Join(dir, name)
-		fi, err := root.Stat(strings.TrimPrefix(p, "/"))
+		fi, err := root.stat(p)
 		if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
 			return p, nil
 		}
@@ -165,10 +166,10 @@ type process struct {
 }
 
 // startProcess starts cmd with its stdio wired to frames.
-func startProcess(cmd *exec.Cmd, req *execRequest, fw *frameWriter) (*process, error) {
+func startProcess(root string, cmd *exec.Cmd, req *execRequest, fw *frameWriter) (*process, error) {
 	p := &process{cmd: cmd, fw: fw, output: make(chan struct{})}
 	if req.TTY {
-		return p, p.startTTY(req)
+		return p, p.startTTY(root, req)
 	}
 	close(p.output)
 	return p, p.startPipes()
@@ -191,8 +192,8 @@ func (p *process) startPipes() error {
 	return err
 }
 
-func (p *process) startTTY(req *execRequest) error {
-	master, slave, err := pty.Open()
+func (p *process) startTTY(root string, req *execRequest) error {
+	master, slave, err := openPTY(root)
 	if err != nil {
 		return err
 	}
@@ -293,4 +294,37 @@ func (p *process) wait() ExitStatus {
 		st.Code = p.cmd.ProcessState.ExitCode()
 	}
 	return st
+}
+
+// openPTY allocates a terminal in the root's devpts: through the root's
+// /dev/ptmx (the kernel takes the devpts mounted beside it, at the root's
+// /dev/pts) or its /dev/pts/ptmx, the peer opened from the master
+// (TIOCGPTPEER) so that no path outside the root is involved. The guest
+// sees the terminal as its /dev/pts/N.
+func openPTY(root string) (master, slave *os.File, err error) {
+	for _, p := range []string{"/dev/ptmx", "/dev/pts/ptmx"} {
+		master, err = os.OpenFile(root+p, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open a terminal: %w", err)
+	}
+	fail := func(err error) (*os.File, *os.File, error) {
+		_ = master.Close()
+		return nil, nil, fmt.Errorf("open a terminal: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		return fail(err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		return fail(err)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_IOCTL, master.Fd(), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+	if errno != 0 {
+		return fail(errno)
+	}
+	return master, os.NewFile(fd, fmt.Sprintf("/dev/pts/%d", n)), nil
 }

@@ -8,21 +8,10 @@ import (
 	"io"
 	"os"
 	"path"
-	"strings"
 	"syscall"
-)
 
-// rootPath turns an absolute path in the guest into one os.Root takes.
-func rootPath(p string) (string, error) {
-	if !path.IsAbs(p) {
-		return "", fmt.Errorf("path %q is not absolute", p)
-	}
-	p = strings.TrimPrefix(path.Clean(p), "/")
-	if p == "" {
-		return "", errors.New("path is the root")
-	}
-	return p, nil
-}
+	"golang.org/x/sys/unix"
+)
 
 // push writes a file from data frames: to a temporary file beside it,
 // owned, moded and fsynced, then renamed over the path (and the directory
@@ -48,29 +37,27 @@ func (s *Server) push(fr *frameReader, fw *frameWriter, req *fileRequest) error 
 }
 
 func (s *Server) writeFile(fr *frameReader, req *fileRequest) (err error) {
-	p, err := rootPath(req.Path)
-	if err != nil {
-		return err
+	if !path.IsAbs(req.Path) {
+		return fmt.Errorf("path %q is not absolute", req.Path)
 	}
-	root, err := os.OpenRoot(s.rootDir())
+	root, err := openGuestRoot(s.rootDir())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = root.Close() }()
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	dir, base := path.Split(p)
-	tmp := dir + "." + base + ".vessel-" + hex.EncodeToString(rnd[:])
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	dir, f, tmp, err := root.createTemp(req.Path, ".vessel-"+hex.EncodeToString(rnd[:]))
 	if err != nil {
 		return err
 	}
+	defer func() { _ = dir.Close() }()
 	defer func() {
 		if f != nil {
 			_ = f.Close()
 		}
 		if err != nil {
-			_ = root.Remove(tmp)
+			_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
 		}
 	}()
 	for {
@@ -103,10 +90,11 @@ func (s *Server) writeFile(fr *frameReader, req *fileRequest) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := root.Rename(tmp, p); err != nil {
-		return err
+	base := path.Base(path.Clean(req.Path))
+	if err := unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), base); err != nil {
+		return &os.PathError{Op: "rename", Path: req.Path, Err: err}
 	}
-	return syncDir(root, dir)
+	return dir.Sync()
 }
 
 // unixMode turns permission and set-id bits into an os.FileMode.
@@ -124,34 +112,21 @@ func unixMode(m uint32) os.FileMode {
 	return mode
 }
 
-func syncDir(root *os.Root, dir string) error {
-	if dir == "" {
-		dir = "."
-	}
-	d, err := root.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
-}
-
 // pull answers with a regular file's metadata, then its bytes as data
 // frames.
 func (s *Server) pull(fw *frameWriter, req *fileRequest) error {
 	if req == nil {
 		return fail(fw, errors.New("pull: no file"))
 	}
-	p, err := rootPath(req.Path)
-	if err != nil {
-		return fail(fw, fmt.Errorf("pull: %w", err))
+	if !path.IsAbs(req.Path) {
+		return fail(fw, fmt.Errorf("pull: path %q is not absolute", req.Path))
 	}
-	root, err := os.OpenRoot(s.rootDir())
+	root, err := openGuestRoot(s.rootDir())
 	if err != nil {
 		return fail(fw, fmt.Errorf("pull: %w", err))
 	}
 	defer func() { _ = root.Close() }()
-	f, err := root.Open(p)
+	f, err := root.open(req.Path, unix.O_RDONLY, 0)
 	if err != nil {
 		return fail(fw, fmt.Errorf("pull: %w", err))
 	}
