@@ -56,3 +56,16 @@ kernel/net/vmw_vsock/vsock.ko.xz
 		t.Fatalf("modules %+v", mods)
 	}
 }
+
+// FuzzParseCmdline: any command line parses or fails, and a parsed one
+// names a /dev root.
+func FuzzParseCmdline(f *testing.F) {
+	f.Add("root=/dev/vda rw vessel.net=eth0,10.0.0.2/24,10.0.0.1,10.0.0.1 vessel.init=/sbin/init")
+	f.Add("root=/dev/vda vessel.net=52:54:00:00:00:01,fd00::2/64")
+	f.Fuzz(func(t *testing.T, line string) {
+		c, err := parseCmdline(line)
+		if err == nil && !strings.HasPrefix(c.Root, "/dev/") {
+			t.Fatalf("root %q", c.Root)
+		}
+	})
+}

@@ -40,10 +40,7 @@ func runDaemon(args []string) int {
 		Init:       *initPath,
 		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
-	served := false
-	if serveVsock(srv) {
-		served = true
-	}
+	served := serveVsock(srv)
 	port, err := findPort(agent.PortName, 10*time.Second)
 	if err != nil {
 		if served {

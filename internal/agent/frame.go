@@ -144,7 +144,7 @@ func copyData(fw *frameWriter, t byte, r io.Reader) (int64, error) {
 }
 
 func unexpected(err error) error {
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
 	return err
