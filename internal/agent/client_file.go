@@ -17,9 +17,6 @@ type FileOptions struct {
 // PushFile writes r's bytes to path in the guest (absolute), atomically:
 // the path holds its old content or all of the new one, fsynced.
 func (c *Client) PushFile(ctx context.Context, path string, r io.Reader, o FileOptions) error {
-	if o.Mode == 0 {
-		o.Mode = 0o644
-	}
 	s, done, err := c.open(ctx, request{Op: opPush, File: &fileRequest{Path: path, Mode: o.Mode, UID: o.UID, GID: o.GID}})
 	if err != nil {
 		return err

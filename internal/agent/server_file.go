@@ -7,47 +7,79 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
+	pathpkg "path"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// push writes a file from data frames: to a temporary file beside it,
-// owned, moded and fsynced, then renamed over the path (and the directory
-// fsynced), so the path holds the old file or the whole new one. It
-// answers once the data has ended.
+// push writes a file from data frames (see WriteFile). It answers once
+// the data has ended.
 func (s *Server) push(fr *frameReader, fw *frameWriter, req *fileRequest) error {
 	if req == nil {
 		return fail(fw, errors.New("push: no file"))
 	}
-	err := s.writeFile(fr, req)
+	data := &dataReader{fr: fr}
+	err := WriteFile(s.rootDir(), req.Path, data, FileOptions{Mode: req.Mode, UID: req.UID, GID: req.GID})
 	if err != nil {
 		// Read to the data's end: the client writes it all before it
 		// reads the answer.
-		for {
-			t, b, rerr := fr.next()
-			if rerr != nil || (t == frameData && len(b) == 0) {
-				break
-			}
-		}
+		_, _ = io.Copy(io.Discard, data)
 		return fail(fw, fmt.Errorf("push %s: %w", req.Path, err))
 	}
 	return fw.json(frameHeader, response{Version: ProtocolVersion})
 }
 
-func (s *Server) writeFile(fr *frameReader, req *fileRequest) (err error) {
-	if !path.IsAbs(req.Path) {
-		return fmt.Errorf("path %q is not absolute", req.Path)
+// dataReader reads the payloads of data frames up to the empty one (EOF).
+type dataReader struct {
+	fr   *frameReader
+	rest []byte
+	err  error
+}
+
+func (d *dataReader) Read(p []byte) (int, error) {
+	for len(d.rest) == 0 {
+		if d.err != nil {
+			return 0, d.err
+		}
+		t, b, err := d.fr.next()
+		switch {
+		case err != nil:
+			d.err = unexpected(err)
+		case t != frameData:
+			d.err = fmt.Errorf("agent: frame %q among data", t)
+		case len(b) == 0:
+			d.err = io.EOF
+		default:
+			d.rest = b
+		}
 	}
-	root, err := openGuestRoot(s.rootDir())
+	n := copy(p, d.rest)
+	d.rest = d.rest[n:]
+	return n, nil
+}
+
+// WriteFile writes r's bytes to path (absolute) inside root, resolved as
+// the root's own processes would (RESOLVE_IN_ROOT: absolute links and ".."
+// stay inside): to a temporary file beside it, owned, moded and fsynced,
+// then renamed over the path and the directory fsynced, so the path holds
+// its old content or all of the new one. o.Mode 0 means 0o644. vesseld
+// uses it for a container's root filesystem; the agent for a guest's.
+func WriteFile(root, path string, r io.Reader, o FileOptions) (err error) {
+	if !pathpkg.IsAbs(path) {
+		return fmt.Errorf("path %q is not absolute", path)
+	}
+	if o.Mode == 0 {
+		o.Mode = 0o644
+	}
+	gr, err := openGuestRoot(root)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = root.Close() }()
+	defer func() { _ = gr.Close() }()
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	dir, f, tmp, err := root.createTemp(req.Path, ".vessel-"+hex.EncodeToString(rnd[:]))
+	dir, f, tmp, err := gr.createTemp(path, ".vessel-"+hex.EncodeToString(rnd[:]))
 	if err != nil {
 		return err
 	}
@@ -60,26 +92,14 @@ func (s *Server) writeFile(fr *frameReader, req *fileRequest) (err error) {
 			_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
 		}
 	}()
-	for {
-		t, b, err := fr.next()
-		if err != nil {
-			return err
-		}
-		if t != frameData {
-			return fmt.Errorf("frame %q in a push", t)
-		}
-		if len(b) == 0 {
-			break
-		}
-		if _, err := f.Write(b); err != nil {
-			return err
-		}
-	}
-	// chown before chmod: chown clears the set-id bits.
-	if err := f.Chown(int(req.UID), int(req.GID)); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		return err
 	}
-	if err := f.Chmod(unixMode(req.Mode)); err != nil {
+	// chown before chmod: chown clears the set-id bits.
+	if err := f.Chown(int(o.UID), int(o.GID)); err != nil {
+		return err
+	}
+	if err := f.Chmod(unixMode(o.Mode)); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
@@ -90,9 +110,9 @@ func (s *Server) writeFile(fr *frameReader, req *fileRequest) (err error) {
 	if err != nil {
 		return err
 	}
-	base := path.Base(path.Clean(req.Path))
+	base := pathpkg.Base(pathpkg.Clean(path))
 	if err := unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), base); err != nil {
-		return &os.PathError{Op: "rename", Path: req.Path, Err: err}
+		return &os.PathError{Op: "rename", Path: path, Err: err}
 	}
 	return dir.Sync()
 }
@@ -118,7 +138,7 @@ func (s *Server) pull(fw *frameWriter, req *fileRequest) error {
 	if req == nil {
 		return fail(fw, errors.New("pull: no file"))
 	}
-	if !path.IsAbs(req.Path) {
+	if !pathpkg.IsAbs(req.Path) {
 		return fail(fw, fmt.Errorf("pull: path %q is not absolute", req.Path))
 	}
 	root, err := openGuestRoot(s.rootDir())
