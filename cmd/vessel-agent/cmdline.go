@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"path"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // bootConfig is what init takes from the kernel command line.
@@ -19,6 +22,10 @@ type bootConfig struct {
 	Init       string
 	Net        *netConfig
 	Rescue     string // shell, sleep or poweroff
+	Hostname   string
+	// StopSignal is what the ACPI power button sends PID 1 (0: nothing;
+	// an image with an ACPI daemon, systemd's logind, handles it).
+	StopSignal unix.Signal
 }
 
 // netConfig is vessel.net=<ifname-or-mac>,<cidr>,<gw>,<dns>.
@@ -57,6 +64,23 @@ func parseCmdline(line string) (bootConfig, error) {
 			default:
 				return c, fmt.Errorf("vessel.rescue=%q: not shell, sleep or poweroff", v)
 			}
+		case "vessel.hostname":
+			if v == "" || len(v) > 64 || strings.ContainsAny(v, "/ ") {
+				return c, fmt.Errorf("vessel.hostname=%q: not a host name", v)
+			}
+			c.Hostname = v
+		case "vessel.stopsignal":
+			sig := unix.SignalNum(strings.ToUpper(v))
+			if sig == 0 {
+				sig = unix.SignalNum("SIG" + strings.ToUpper(v))
+			}
+			if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 65 {
+				sig = unix.Signal(n)
+			}
+			if sig == 0 {
+				return c, fmt.Errorf("vessel.stopsignal=%q: not a signal", v)
+			}
+			c.StopSignal = sig
 		case "vessel.net":
 			n, err := parseNet(v)
 			if err != nil {

@@ -3,15 +3,18 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseCmdline(t *testing.T) {
 	c, err := parseCmdline("console=ttyS0 root=/dev/vda rw quiet vessel.init=/bin/init " +
-		"vessel.net=52:54:00:12:34:56,10.0.3.5/24,10.0.3.1,1.1.1.1 vessel.rescue=sleep\n")
+		"vessel.net=52:54:00:12:34:56,10.0.3.5/24,10.0.3.1,1.1.1.1 vessel.rescue=sleep vessel.hostname=vm1 vessel.stopsignal=SIGUSR2\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Root != "/dev/vda" || c.RootFSType != "ext4" || c.ReadOnly || c.Init != "/bin/init" || c.Rescue != "sleep" {
+	if c.Root != "/dev/vda" || c.RootFSType != "ext4" || c.ReadOnly || c.Init != "/bin/init" || c.Rescue != "sleep" ||
+		c.Hostname != "vm1" || c.StopSignal != unix.SIGUSR2 {
 		t.Fatalf("config %+v", c)
 	}
 	n := c.Net
@@ -22,6 +25,9 @@ func TestParseCmdline(t *testing.T) {
 	c, err = parseCmdline("root=/dev/vdb ro vessel.net=eth0,fd00::5/64")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c2, err := parseCmdline("root=/dev/vda vessel.stopsignal=term"); err != nil || c2.StopSignal != unix.SIGTERM {
+		t.Fatalf("stop signal %v %v", c2.StopSignal, err)
 	}
 	if !c.ReadOnly || c.Init != "/sbin/init" || c.Rescue != "poweroff" || c.Net.Name != "eth0" || c.Net.GW.IsValid() || c.Net.DNS.IsValid() {
 		t.Fatalf("config %+v net %+v", c, c.Net)
@@ -35,6 +41,8 @@ func TestParseCmdline(t *testing.T) {
 		"root=/dev/vda vessel.net=eth0,10.0.3.5/24,gateway",
 		"root=/dev/vda vessel.net=a/b,10.0.3.5/24",
 		"root=/dev/vda vessel.rescue=panic",
+		"root=/dev/vda vessel.stopsignal=SIGNOPE",
+		"root=/dev/vda vessel.hostname=a/b",
 	} {
 		if _, err := parseCmdline(bad); err == nil {
 			t.Errorf("%q parsed", bad)

@@ -25,6 +25,7 @@ func runDaemon(args []string) int {
 	readyFD := fs.Int("ready-fd", -1, "wait for EOF on this descriptor before serving")
 	initPath := fs.String("init", "", "the image's init (reported by ping)")
 	root := fs.String("root", "/proc/1/root", "the root commands and files are in")
+	stopSignal := fs.Int("stop-signal", 0, "signal for PID 1 when the power button is pressed (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -32,6 +33,9 @@ func runDaemon(args []string) int {
 		ready := os.NewFile(uintptr(*readyFD), "ready")
 		_, _ = io.Copy(io.Discard, ready)
 		_ = ready.Close()
+	}
+	if *stopSignal > 0 {
+		go watchPowerButton(unix.Signal(*stopSignal))
 	}
 	srv := &agent.Server{
 		Root:       *root,

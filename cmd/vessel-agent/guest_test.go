@@ -59,6 +59,8 @@ var guestModules = []struct {
 	{"kernel/net/vmw_vsock/vsock.ko.xz", false},
 	{"kernel/net/vmw_vsock/vmw_vsock_virtio_transport_common.ko.xz", false},
 	{"kernel/net/vmw_vsock/vmw_vsock_virtio_transport.ko.xz", false},
+	{"kernel/drivers/input/evdev.ko.xz", false},
+	{"kernel/drivers/acpi/button.ko.xz", false},
 }
 
 func run(t *testing.T, dir string, stdin []byte, name string, args ...string) []byte {
@@ -166,6 +168,7 @@ func buildDisk(t *testing.T, work string) string {
 type guest struct {
 	cmd     *exec.Cmd
 	sock    string
+	qmp     string
 	console string
 	started time.Time
 	exited  chan struct{}
@@ -174,21 +177,25 @@ type guest struct {
 func startGuest(t *testing.T, work, kdir, initrd, disk string) *guest {
 	g := &guest{
 		sock:    filepath.Join(work, "agent.sock"),
+		qmp:     filepath.Join(work, "qmp.sock"),
 		console: filepath.Join(work, "console.log"),
 		exited:  make(chan struct{}),
 	}
 	_ = os.Remove(g.sock)
+	_ = os.Remove(g.qmp)
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-machine", "q35",
 		"-accel", "tcg", "-cpu", "qemu64", "-smp", "1", "-m", "256",
 		"-kernel", filepath.Join(kdir, "vmlinuz"), "-initrd", initrd,
-		"-append", "console=ttyS0 quiet root=/dev/vda rw vessel.net=" + guestMAC + ",10.0.2.15/24,10.0.2.2",
+		"-append", "console=ttyS0 quiet root=/dev/vda rw vessel.hostname=vmagent-guest vessel.stopsignal=SIGUSR2 " +
+			"vessel.net=" + guestMAC + ",10.0.2.15/24,10.0.2.2",
 		"-drive", "file=" + disk + ",format=raw,if=none,id=root,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=root",
 		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,mac=" + guestMAC,
 		"-chardev", "socket,id=agent,path=" + g.sock + ",server=on,wait=off",
 		"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=agent,name=" + agent.PortName,
 		"-chardev", "file,id=console,path=" + g.console, "-serial", "chardev:console",
+		"-qmp", "unix:" + g.qmp + ",server=on,wait=off",
 		"-no-reboot",
 	}
 	g.cmd = exec.Command("qemu-system-x86_64", args...)
@@ -242,6 +249,39 @@ func (g *guest) connect(t *testing.T) (*agent.Client, agent.Info, time.Duration)
 	took := time.Since(g.started)
 	t.Cleanup(func() { _ = c.Close() })
 	return c, info, took
+}
+
+// powerButton presses the ACPI power button over QMP.
+func (g *guest) powerButton(t *testing.T) {
+	t.Helper()
+	c, err := net.Dial("unix", g.qmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	dec := json.NewDecoder(c)
+	var greeting map[string]any
+	if err := dec.Decode(&greeting); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"qmp_capabilities", "system_powerdown"} {
+		if _, err := fmt.Fprintf(c, `{"execute":%q}`+"\n", cmd); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			var reply map[string]any
+			if err := dec.Decode(&reply); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := reply["event"]; ok {
+				continue
+			}
+			if _, ok := reply["return"]; !ok {
+				t.Fatalf("%s: %v", cmd, reply)
+			}
+			break
+		}
+	}
 }
 
 func execOut(t *testing.T, c *agent.Client, o agent.ExecOptions) (agent.ExitStatus, string) {
@@ -346,8 +386,13 @@ func TestGuestAgent(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// The guest powers off through its init.
-	_, _ = execOut(t, c2, agent.ExecOptions{Args: []string{"poweroff"}})
+	if _, out := execOut(t, c2, agent.ExecOptions{Args: []string{"sh", "-c", "hostname; cat /etc/hostname"}}); out != "vmagent-guest\nvmagent-guest\n" {
+		t.Errorf("hostname: %q", out)
+	}
+
+	// The ACPI power button: the agent turns it into busybox init's stop
+	// signal (vessel.stopsignal=), init shuts the guest down.
+	g.powerButton(t)
 	select {
 	case <-g.exited:
 	case <-time.After(2 * time.Minute):

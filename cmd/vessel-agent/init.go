@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +59,9 @@ func bootInit() (bootConfig, error) {
 		if err := setupNetwork(cfg.Net, newRoot); err != nil {
 			return cfg, fmt.Errorf("network: %w", err)
 		}
+	}
+	if cfg.Hostname != "" {
+		setHostname(cfg)
 	}
 	return cfg, nil
 }
@@ -171,6 +175,26 @@ func mountRoot(cfg bootConfig) error {
 	return nil
 }
 
+// setHostname names the guest after its instance, in the kernel and in
+// the root's /etc/hostname (as vessel writes a container's), so that the
+// image's init keeps the name.
+func setHostname(cfg bootConfig) {
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		logf("hostname: %v", err)
+	}
+	if cfg.ReadOnly {
+		return
+	}
+	p := filepath.Join(newRoot, "etc/hostname")
+	if fi, err := os.Lstat(filepath.Join(newRoot, "etc")); err != nil || !fi.IsDir() {
+		return // no /etc (or a link out of the root): leave it
+	}
+	_ = os.Remove(p)
+	if err := os.WriteFile(p, []byte(cfg.Hostname+"\n"), 0o644); err != nil {
+		logf("hostname: %v", err)
+	}
+}
+
 // switchRoot starts the daemon, gives the new root its /dev, /proc and
 // /sys, moves it onto / and execs the image's init, as switch_root does
 // (the initramfs is not freed: the daemon lives in it).
@@ -266,7 +290,11 @@ func startDaemon(cfg bootConfig) (*os.File, error) {
 		Files: []*os.File{nil, os.Stdout, os.Stderr, r},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
-	p, err := os.StartProcess(self, []string{"vessel-agent", "daemon", "--ready-fd", "3", "--init", cfg.Init}, attr)
+	args := []string{"vessel-agent", "daemon", "--ready-fd", "3", "--init", cfg.Init}
+	if cfg.StopSignal != 0 {
+		args = append(args, "--stop-signal", strconv.Itoa(int(cfg.StopSignal)))
+	}
+	p, err := os.StartProcess(self, args, attr)
 	if err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("start the agent daemon: %w", err)

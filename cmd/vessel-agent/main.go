@@ -10,8 +10,9 @@
 // The kernel command line drives init: root= (the root disk, e.g.
 // /dev/vda), rootfstype= (default ext4), ro, vessel.init= (default
 // /sbin/init), vessel.net=<ifname-or-mac>,<cidr>,<gw>,<dns> (gw and dns
-// may be empty), vessel.rescue=shell|sleep|poweroff (what a failed boot
-// does; default poweroff).
+// may be empty), vessel.hostname=, vessel.stopsignal= (what the ACPI power
+// button sends PID 1), vessel.rescue=shell|sleep|poweroff (what a failed
+// boot does; default poweroff).
 package main
 
 import (
