@@ -26,9 +26,11 @@ setup:
 # The version vessel --version and vesseld --version print: the package's.
 VERSION ?= $(shell packaging/deb/version.sh 2>/dev/null || echo dev)
 
+# vessel-agent runs in a VM's initramfs: it is built static.
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/vessel-agent ./cmd/vessel-agent
 
 vet:
 	$(GO) vet ./...

@@ -18,6 +18,7 @@ require (
 	github.com/jedib0t/go-pretty/v6 v6.8.3
 	github.com/klauspost/compress v1.19.2
 	github.com/mdlayher/packet v1.2.0
+	github.com/mdlayher/vsock v1.2.1
 	github.com/moby/profiles/seccomp v0.2.3
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/opencontainers/cgroups v0.1.0

@@ -72,6 +72,7 @@ Every NAME may be written REMOTE:NAME to act on another host.`,
 		newConsoleCmd(g), newImageCmd(g), newStorageCmd(g), newOperationCmd(g),
 		newRemoteCmd(g), newTrustCmd(g), newPeerCmd(g), newMoveCmd(g),
 		newSnapshotCmd(g), newCopyCmd(g), newConfigCmd(g), newAdminCmd(g),
+		newFileCmd(g),
 	)
 	return root
 }

@@ -35,6 +35,7 @@ type Core interface {
 	DeleteInstance(ctx context.Context, name string, force bool) (*operations.Operation, error)
 	UpdateInstance(ctx context.Context, name string, req api.InstancePatch) (*operations.Operation, error)
 	Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error)
+	PushFile(ctx context.Context, name, path string, r io.Reader, o api.FilePush) error
 	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
 	ListImages(ctx context.Context) ([]api.Image, error)
 	GetImage(ctx context.Context, ref string) (api.Image, error)

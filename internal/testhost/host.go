@@ -64,6 +64,14 @@ func Build() (string, error) {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("build: %w\n%s", err, out)
 	}
+	// The guest agent runs in a VM's initramfs, without a libc: static.
+	build = exec.Command("go", "build", "-o", dir+"/", "./cmd/vessel-agent")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("build: %w\n%s", err, out)
+	}
 	return dir, nil
 }
 
