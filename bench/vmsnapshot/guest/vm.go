@@ -77,6 +77,8 @@ type Config struct {
 	StateDrive string
 	// Incoming starts QEMU with -incoming defer (and -S).
 	Incoming bool
+	// Paused starts QEMU with -S (for loadvm).
+	Paused bool
 }
 
 // VM is one running QEMU.
@@ -110,8 +112,11 @@ func (c Config) Args() []string {
 	if c.StateDrive != "" {
 		args = append(args, "-drive", "if=none,id=vmstate,format=qcow2,file="+c.StateDrive)
 	}
+	if c.Incoming || c.Paused {
+		args = append(args, "-S")
+	}
 	if c.Incoming {
-		args = append(args, "-S", "-incoming", "defer")
+		args = append(args, "-incoming", "defer")
 	}
 	return args
 }
