@@ -19,7 +19,7 @@
 //     before each load); on the first run each loaded guest is resumed and
 //     its memory checksum compared with the one it had before the save.
 //
-// Before that, on the btrfs pool, it sweeps the multifd channel count
+// Before that, on the btrfs pool (-sweep-pool), it sweeps the multifd channel count
 // (-channels) for save and load. MB/s are 10^6 bytes of guest RAM
 // transferred (query-migrate's ram.transferred of the mapped-ram save) per
 // second of the whole Save/Load call (stop and configuration included,
@@ -135,11 +135,12 @@ type bench struct {
 func main() {
 	n := flag.Int("n", 3, "runs per pool and size")
 	sizes := flag.String("sizes", "2048,8192", "guest memory sizes, MiB")
-	pools := flag.String("pools", "btrfs,rootfs", "pools: btrfs (loop pool), rootfs")
+	pools := flag.String("pools", "rootfs,btrfs", "pools, in order: rootfs, btrfs (a loop pool)")
 	poolSize := flag.String("pool-size", "40G", "size of the btrfs pool's backing file")
 	chans := flag.String("channels", "1,2,4,8", "multifd channel counts to sweep (empty: no sweep)")
 	sweepN := flag.Int("sweep-n", 3, "runs per channel count")
 	sweepMiB := flag.Int("sweep-mib", 2048, "guest size of the sweep")
+	sweepPool := flag.String("sweep-pool", "btrfs", "pool the sweep runs on")
 	channels := flag.Int("use-channels", 0, "channels of the main runs (0: qemu.DefaultChannels())")
 	smp := flag.Int("smp", 2, "guest vCPUs")
 	accel := flag.String("accel", "tcg,thread=multi", "QEMU -accel")
@@ -181,22 +182,22 @@ func main() {
 	res := Result{Benchmark: "vmsnapshot", Machine: benchutil.ThisMachine(), Accel: *accel, N: *n,
 		QEMU: strings.SplitN(string(ver), "\n", 2)[0], DefaultChannels: b.channels, LoadAvgStart: loadavg()}
 
-	var ps []pool
+	// Pools are made one at a time, when their turn comes: the btrfs pool
+	// waits for the shared root-tests lock, which other work may hold long.
 	for _, name := range strings.Split(*pools, ",") {
+		var p pool
 		switch name {
 		case "btrfs":
-			ps = append(ps, btrfsPool(r, wd, *poolSize))
+			p = btrfsPool(r, wd, *poolSize)
 		case "rootfs":
-			ps = append(ps, rootPool(r, wd))
+			p = rootPool(r, wd)
 		default:
 			r.Fatalf("unknown pool %q", name)
 		}
-	}
-	if *chans != "" {
-		res.Sweep = b.sweep(ps[0], *sweepMiB, ints(r, *chans), *sweepN)
-		r.Logf("sweep: %s", jsonString(res.Sweep))
-	}
-	for _, p := range ps {
+		if *chans != "" && name == *sweepPool {
+			res.Sweep = b.sweep(p, *sweepMiB, ints(r, *chans), *sweepN)
+			r.Logf("sweep: %s", jsonString(res.Sweep))
+		}
 		pr := PoolResult{Pool: p.Name, FS: p.FS, NoDataSum: p.NoDataSum}
 		for _, mib := range ints(r, *sizes) {
 			sr := b.size(p, mib, *n)
