@@ -135,6 +135,7 @@ type bench struct {
 func main() {
 	n := flag.Int("n", 3, "runs per pool and size")
 	sizes := flag.String("sizes", "2048,8192", "guest memory sizes, MiB")
+	btrfsSizes := flag.String("btrfs-sizes", "", "guest memory sizes on the btrfs pool (default: -sizes)")
 	pools := flag.String("pools", "rootfs,btrfs", "pools, in order: rootfs, btrfs (a loop pool)")
 	poolSize := flag.String("pool-size", "40G", "size of the btrfs pool's backing file")
 	chans := flag.String("channels", "1,2,4,8", "multifd channel counts to sweep (empty: no sweep)")
@@ -152,7 +153,6 @@ func main() {
 	flag.Parse()
 
 	r := testhost.NewRunner()
-	defer r.Close()
 	ctx := context.Background()
 	wd, err := os.MkdirTemp(*work, "vmsnapshot-")
 	if err != nil {
@@ -199,7 +199,11 @@ func main() {
 			r.Logf("sweep: %s", jsonString(res.Sweep))
 		}
 		pr := PoolResult{Pool: p.Name, FS: p.FS, NoDataSum: p.NoDataSum}
-		for _, mib := range ints(r, *sizes) {
+		sz := *sizes
+		if name == "btrfs" && *btrfsSizes != "" {
+			sz = *btrfsSizes
+		}
+		for _, mib := range ints(r, sz) {
 			sr := b.size(p, mib, *n)
 			r.Logf("%s %d MiB: %s", p.Name, mib, jsonString(sr))
 			pr.Sizes = append(pr.Sizes, sr)
@@ -208,8 +212,8 @@ func main() {
 	}
 	res.LoadAvgEnd = loadavg()
 	benchutil.Emit(r, res, *out)
+	r.Close()
 	if r.Failed() {
-		r.Close()
 		os.Exit(1)
 	}
 }

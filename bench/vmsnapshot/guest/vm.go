@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -225,7 +226,7 @@ func (vm *VM) Ready(ctx context.Context) (sum string, bytes int64, err error) {
 		case "sum":
 			sum = v
 		case "bytes":
-			fmt.Sscan(v, &bytes)
+			bytes, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return sum, bytes, nil
@@ -249,7 +250,7 @@ func (vm *VM) Pid() int { return vm.cmd.Process.Pid }
 // Kill kills this VM's QEMU process (by its pid) and waits for it.
 func (vm *VM) Kill() {
 	if vm.Mon != nil {
-		vm.Mon.Disconnect()
+		_ = vm.Mon.Disconnect()
 	}
 	if vm.serial != nil {
 		vm.serial.Close()
