@@ -41,7 +41,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/bench/vmsnapshot/guest"
@@ -95,7 +98,13 @@ type SizeResult struct {
 		ReadMBps  benchutil.Stats `json:"read_mb_s"`
 		Command   string          `json:"command"`
 	} `json:"raw_fio"`
-	Methods []*MethodResult `json:"methods"`
+	// FaultMBps is the rate at which this host gives a process fresh
+	// anonymous memory (THP-advised, as QEMU's guest RAM; 2 threads
+	// touching every 4 KiB page; guest-size bytes), measured before each
+	// round's loads: a load cannot beat it, since QEMU faults the guest's
+	// RAM in as it reads it.
+	FaultMBps benchutil.Stats `json:"fault_floor_mb_s"`
+	Methods   []*MethodResult `json:"methods"`
 	// Speedup: the mapped-ram median rate over each other method's.
 	Speedup map[string]float64 `json:"mapped_ram_speedup"`
 }
@@ -107,6 +116,8 @@ type MethodResult struct {
 	LoadMBps benchutil.Stats `json:"load_mb_s"`
 	SaveS    benchutil.Stats `json:"save_s"`
 	LoadS    benchutil.Stats `json:"load_s"`
+	// RestoreS is QEMU's start plus the load (what a restore costs).
+	RestoreS benchutil.Stats `json:"restore_s"`
 	// Ratios of the median rates to fio's median write (save) and read
 	// (load) rates of the same run.
 	SaveOfRaw float64 `json:"save_of_raw"`
@@ -117,7 +128,7 @@ type MethodResult struct {
 	Channels  int    `json:"channels,omitempty"`
 	Note      string `json:"note,omitempty"`
 
-	save, load, saveS, loadS []float64
+	save, load, saveS, loadS, restoreS []float64
 }
 
 type bench struct {
@@ -127,6 +138,7 @@ type bench struct {
 	vm       *guest.VM
 	channels int
 	smp      int
+	faults   []float64
 	gzipMax  int
 	gzipN    int
 	savevm   bool
@@ -245,9 +257,12 @@ func (b *bench) size(p pool, mib, n int) SizeResult {
 		b.round(p, mib, rep, &sr, methods)
 	}
 	sr.Raw.WriteMBps, sr.Raw.ReadMBps = benchutil.Summarise(rawW), benchutil.Summarise(rawR)
+	sr.FaultMBps = benchutil.Summarise(b.faults)
+	b.faults = nil
 	for _, m := range methods {
 		m.SaveMBps, m.LoadMBps = benchutil.Summarise(m.save), benchutil.Summarise(m.load)
 		m.SaveS, m.LoadS = benchutil.Summarise(m.saveS), benchutil.Summarise(m.loadS)
+		m.RestoreS = benchutil.Summarise(m.restoreS)
 		m.SaveOfRaw = benchutil.Ratio(m.SaveMBps.Median, sr.Raw.WriteMBps.Median)
 		m.LoadOfRaw = benchutil.Ratio(m.LoadMBps.Median, sr.Raw.ReadMBps.Median)
 	}
@@ -316,16 +331,19 @@ func (b *bench) round(p pool, mib, rep int, sr *SizeResult, methods []*MethodRes
 		}
 		m.save = append(m.save, float64(bytes)/1e6/m.saveS[len(m.saveS)-1])
 	}
+	dropCaches(r)
+	b.faults = append(b.faults, faultFloor(r, mib))
 	for _, m := range methods {
 		path, ok := files[m.Method]
 		if !ok {
 			continue
 		}
 		dropCaches(r)
-		d := b.load(cfg, m, path, rep == 0, want.sum)
+		d, total := b.load(cfg, m, path, rep == 0, want.sum)
 		m.loadS = append(m.loadS, d.Seconds())
+		m.restoreS = append(m.restoreS, total.Seconds())
 		m.load = append(m.load, float64(sr.RAMBytes)/1e6/d.Seconds())
-		r.Logf("%s %d MiB run %d: load %s %.2fs", p.Name, mib, rep, m.Method, d.Seconds())
+		r.Logf("%s %d MiB run %d: load %s %.2fs (with QEMU's start %.2fs)", p.Name, mib, rep, m.Method, d.Seconds(), total.Seconds())
 		if m.Method != "savevm" {
 			os.Remove(path)
 		}
@@ -387,8 +405,9 @@ func (b *bench) saveVM(drive string) time.Duration {
 
 // load starts a fresh QEMU and loads path into it; verify resumes the
 // guest and compares its memory checksum with sum.
-func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool, sum string) time.Duration {
+func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool, sum string) (load, total time.Duration) {
 	cfg.Incoming, cfg.Paused = m.Method != "savevm", m.Method == "savevm"
+	start := time.Now()
 	vm, err := guest.Start(b.ctx, cfg)
 	if err != nil {
 		b.r.Fatalf("start for load: %v", err)
@@ -406,6 +425,7 @@ func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool
 	if err != nil {
 		b.r.Fatalf("load %s: %v", m.Method, err)
 	}
+	total = time.Since(start)
 	if verify {
 		if _, err := vm.Mon.Run([]byte(`{"execute":"cont"}`)); err != nil {
 			b.r.Fatalf("cont: %v", err)
@@ -420,7 +440,7 @@ func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool
 			b.r.Errorf("%s: guest memory checksum after load %s, before save %s", m.Method, got, sum)
 		}
 	}
-	return d
+	return d, total
 }
 
 // sweep measures mapped-ram save and load for each channel count.
@@ -550,4 +570,26 @@ func loadavg() string {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// faultFloor measures how fast this host hands out fresh anonymous memory
+// the way QEMU's guest RAM gets it (MADV_HUGEPAGE, first touch), in MB/s.
+func faultFloor(r *testhost.Runner, mib int) float64 {
+	n := mib << 20
+	mem, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		r.Fatalf("fault floor: %v", err)
+	}
+	defer syscall.Munmap(mem) //nolint:errcheck // nothing to do
+	_ = syscall.Madvise(mem, unix.MADV_HUGEPAGE)
+	start := time.Now()
+	_ = benchutil.Parallel(2, 2, func(i int) error {
+		for off := i * n / 2; off < (i+1)*n/2; off += 4096 {
+			mem[off] = 1
+		}
+		return nil
+	})
+	rate := float64(n) / 1e6 / time.Since(start).Seconds()
+	r.Logf("fault floor %d MiB: %.0f MB/s", mib, rate)
+	return rate
 }
