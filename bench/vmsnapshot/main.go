@@ -78,6 +78,8 @@ type SweepRow struct {
 	Channels int             `json:"channels"`
 	SaveMBps benchutil.Stats `json:"save_mb_s"`
 	LoadMBps benchutil.Stats `json:"load_mb_s"`
+	// FaultMBps is the page-fault floor measured before each load.
+	FaultMBps benchutil.Stats `json:"fault_floor_mb_s"`
 }
 
 // PoolResult holds one pool's sizes.
@@ -451,6 +453,7 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 	b.boot(cfg)
 	saves := make([][]float64, len(chans))
 	loads := make([][]float64, len(chans))
+	faults := make([][]float64, len(chans))
 	var bytes int64
 	for i, ch := range chans {
 		for range n {
@@ -471,6 +474,7 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 		path := filepath.Join(p.Dir, fmt.Sprintf("sweep-%d.state", ch))
 		for range n {
 			dropCaches(b.r)
+			faults[i] = append(faults[i], faultFloor(b.r, mib))
 			vm, err := guest.Start(b.ctx, cfg)
 			if err != nil {
 				b.r.Fatalf("sweep start: %v", err)
@@ -487,7 +491,8 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 		os.Remove(path)
 	}
 	for i, ch := range chans {
-		sw.Rows = append(sw.Rows, SweepRow{Channels: ch, SaveMBps: benchutil.Summarise(saves[i]), LoadMBps: benchutil.Summarise(loads[i])})
+		sw.Rows = append(sw.Rows, SweepRow{Channels: ch, SaveMBps: benchutil.Summarise(saves[i]),
+			LoadMBps: benchutil.Summarise(loads[i]), FaultMBps: benchutil.Summarise(faults[i])})
 	}
 	return sw
 }
@@ -552,6 +557,9 @@ func (b *bench) fio(dir string, mib int) (write, read float64) {
 
 func ints(r *testhost.Runner, s string) []int {
 	var out []int
+	if s == "" {
+		return nil
+	}
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
