@@ -95,7 +95,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if got != want {
 			t.Errorf("load %v: guest memory checksum %s, saved %s", f, got, want)
 		}
-		t.Logf("load %v: %d MiB in %v, checksum matches: %v", f, st.Bytes>>20, st.Migrate, got == want)
+		t.Logf("load %v: %d MiB file in %v, checksum matches: %v", f, st.FileBytes>>20, st.Migrate, got == want)
 	}
 	if err := os.RemoveAll(stateDir); err != nil {
 		t.Error(err)
