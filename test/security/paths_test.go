@@ -302,3 +302,31 @@ func TestReconcileOrphans(t *testing.T) {
 	// The name is free again.
 	h.OK("create", "busybox", "lost")
 }
+
+// TestFilePushThroughPlantedLinks: a container plants links to a host
+// directory (absolute, and relative climbing out with ".."), running and
+// stopped; pushes through them land inside the container's own root, and
+// the host directory is untouched.
+func TestFilePushThroughPlantedLinks(t *testing.T) {
+	h := newHost(t)
+	hostDir, secret := canaryDir(t)
+	h.OK("launch", "busybox", "evil")
+	h.OK("exec", "evil", "--", "sh", "-c", "mkdir -p "+hostDir+" && ln -s "+hostDir+" /abs && ln -s ../../../../../../.."+hostDir+" /tmp/rel")
+	src := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(src, []byte("payload"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"evil/abs/pushed-abs", "evil/tmp/rel/pushed-rel", "evil/abs/secret"} {
+		h.Vessel("file", "push", src, target)
+		checkCanary(t, hostDir, secret)
+	}
+	// Each landed in the container's copy of the directory.
+	out := h.OK("exec", "evil", "--", "sh", "-c", "cat "+hostDir+"/pushed-abs "+hostDir+"/pushed-rel "+hostDir+"/secret")
+	if out != "payloadpayloadpayload" {
+		t.Errorf("the pushes did not land inside the container: %q", out)
+	}
+	h.OK("stop", "evil", "--force")
+	h.Vessel("file", "push", src, "evil/abs/pushed-stopped")
+	checkCanary(t, hostDir, secret)
+	h.OK("delete", "evil", "--force")
+}
