@@ -120,6 +120,7 @@ func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFun
 			StartOptions: runtime.StartOptions{LogPath: logPath},
 			ImagePath:    images,
 			WorkPath:     work,
+			DirectRead:   true,
 			IDMap:        d.snapshotIDMap(name),
 		})
 	}
