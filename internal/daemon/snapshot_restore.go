@@ -102,7 +102,7 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 
 // restoreLaunch returns the launch step of a stateful restore: runc
 // restore under a new shim from the checkpoint volume. CRIU reads the page
-// files itself, with O_DIRECT where it can (DirectRead, CRIU patch 0018:
+// files itself, with O_DIRECT where it can (DirectRead, CRIU patch 0021:
 // the images are on disk, not in the page cache). vessel used to read them
 // ahead of it through the page cache (FADV_WILLNEED in 10 MiB windows),
 // but on this 2-core host that was 15-20 % slower than CRIU alone in every

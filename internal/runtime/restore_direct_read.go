@@ -12,7 +12,7 @@ import (
 
 // A cold restore (RestoreOptions.DirectRead: a snapshot's images on disk)
 // has CRIU read the memory pages with O_DIRECT (--direct-read-pages,
-// vessel's CRIU patch 0018): straight from the device into the restored
+// vessel's CRIU patch 0021): straight from the device into the restored
 // tasks' memory, in 16 MiB pieces each populated first, instead of through
 // the page cache (allocate, fill, copy out of and reclaim a page-cache copy
 // of every page). On this project's 2-core VM that took a cold 1 GiB read
