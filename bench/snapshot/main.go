@@ -22,9 +22,12 @@
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
 //     pool, interleaved with the runs above.
 //
-// It prints JSON (medians over -n runs).
+// It prints JSON (medians over -n runs). With -criu-b, every run of a mode
+// is done twice in a row, with the default criu and with the one given
+// (mode MODE@b): a same-run A/B of a CRIU change.
 //
 //	go run ./bench/snapshot -n 5 -sizes 0,256,1024
+//	go run ./bench/snapshot -n 10 -sizes 1024 -modes vessel,vessel-frozen -criu-b /path/to/other/criu
 package main
 
 import (
@@ -32,6 +35,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +105,7 @@ func main() {
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
 	modesFlag := flag.String("modes", "vessel,criu,vessel-frozen", "who writes the pages (vessel, criu), -frozen: all of the memory while frozen")
+	criuB := flag.String("criu-b", "", "a second criu binary: every run of a mode is done with the default criu and then with this one (mode MODE@b), a same-run A/B")
 	flag.Parse()
 	modes := strings.Split(*modesFlag, ",")
 	var sizes []int
@@ -120,7 +125,7 @@ func main() {
 		r.Fatalf("%v", err)
 	}
 	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 12 << 10})
-	b := &bench{r: r, h: h, c: h.Client(), memhog: memhog}
+	b := &bench{r: r, h: h, c: h.Client(), memhog: memhog, criuB: *criuB}
 
 	var res Result
 	res.Benchmark, res.Machine, res.N = "snapshot", benchutil.ThisMachine(), *n
@@ -144,8 +149,7 @@ func main() {
 				h.StartMemhog(name, memhog, size)
 			}
 			for _, mode := range modes {
-				b.setMode(mode)
-				sr.Modes[mode] = b.stateful(name, mode, *n, size > 0)
+				maps.Copy(sr.Modes, b.stateful(name, mode, *n, size > 0))
 			}
 			h.OK("delete", "--force", name)
 			res.Stateful = append(res.Stateful, sr)
@@ -173,6 +177,7 @@ type bench struct {
 	h       *testhost.Host
 	c       *client.Client
 	memhog  string
+	criuB   string // -criu-b
 	rawRead []float64
 	// rawWrite and rawRead collect fio samples interleaved with the runs.
 	rawWrite []float64
@@ -180,8 +185,8 @@ type bench struct {
 
 // setMode restarts the daemon with --snapshot-io io and --snapshot-memory
 // of mode "io" (background) or "io-frozen" (containers keep running across
-// the restart).
-func (b *bench) setMode(mode string) {
+// the restart), and with --criu criu if that is set.
+func (b *bench) setMode(mode, criu string) {
 	io, frozen := strings.CutSuffix(mode, "-frozen")
 	memory := "background"
 	if frozen {
@@ -190,7 +195,11 @@ func (b *bench) setMode(mode string) {
 	if io != "vessel" && io != "criu" {
 		b.r.Fatalf("bad mode %q", mode)
 	}
-	b.h.SetExtraArgs("--snapshot-io", io, "--snapshot-memory", memory)
+	args := []string{"--snapshot-io", io, "--snapshot-memory", memory}
+	if criu != "" {
+		args = append(args, "--criu", criu)
+	}
+	b.h.SetExtraArgs(args...)
 	b.h.RestartDaemon()
 }
 
@@ -214,74 +223,112 @@ func (b *bench) diskOnly(res *Result, k int) {
 	res.DiskOnly.TotalMs = benchutil.Summarise(total)
 }
 
-// stateful runs n stateful snapshots and restores of container name.
-func (b *bench) stateful(name, mode string, n int, memhog bool) ModeResult {
-	ctx := context.Background()
-	var mr ModeResult
-	var frozen, total, dump, sync, wrate, restore, rrate, after, arate []float64
+// samples are one variant's measurements of a mode.
+type samples struct {
+	mr                                                             ModeResult
+	frozen, total, dump, sync, wrate, restore, rrate, after, arate []float64
+}
+
+// stateful runs n stateful snapshots and restores of container name in
+// mode, and with -criu-b each of them again with that criu right after
+// (results MODE and MODE@b).
+func (b *bench) stateful(name, mode string, n int, memhog bool) map[string]ModeResult {
+	variants := map[string]string{mode: ""}
+	order := []string{mode}
+	if b.criuB != "" {
+		variants[mode+"@b"] = b.criuB
+		order = append(order, mode+"@b")
+	} else {
+		b.setMode(mode, "")
+	}
+	got := map[string]*samples{}
 	for i := 0; i < n; i++ {
 		b.fio()
-		snap := fmt.Sprintf("%s%d", mode, i)
-		t0 := time.Now()
-		op, err := b.c.CreateSnapshot(ctx, name, api.SnapshotsPost{Name: snap, Stateful: true})
-		if err == nil {
-			err = op.Wait(ctx, nil)
-		}
-		if err != nil {
-			b.r.Fatalf("stateful snapshot of %s (%s): %v", name, mode, err)
-		}
-		total = append(total, benchutil.Ms(time.Since(t0)))
-		md := op.Metadata
-		mr.PageBytes = uint64(num(md["page_bytes"]))
-		frozen = append(frozen, num(md[api.MetaFrozenMs]))
-		dump = append(dump, num(md["dump_ms"]))
-		sync = append(sync, num(md["sync_ms"]))
-		mr.Memory, _ = md["memory"].(string)
-		// Durable at the end of the dump's write (vessel's writer syncs),
-		// or only after the fsync that follows (CRIU's buffered writes).
-		durable := num(md["dump_ms"]) + num(md["write_ms"])
-		if strings.HasPrefix(mode, "criu") {
-			durable += num(md["sync_ms"])
-		}
-		wrate = append(wrate, mbps(mr.PageBytes, durable))
-		if mr.Memory == "background" {
-			w := num(md["write_ms"])
-			if strings.HasPrefix(mode, "criu") {
-				w += num(md["sync_ms"])
+		for _, v := range order {
+			if b.criuB != "" {
+				b.setMode(mode, variants[v])
 			}
-			after = append(after, w)
-			arate = append(arate, mbps(mr.PageBytes, w))
+			if got[v] == nil {
+				got[v] = &samples{}
+			}
+			b.statefulOnce(name, v, mode, i, memhog, got[v])
 		}
+	}
+	res := map[string]ModeResult{}
+	for v, s := range got {
+		res[v] = s.summarise()
+	}
+	return res
+}
 
-		dropCaches(b.r)
-		op, err = b.c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
-		if err == nil {
-			err = op.Wait(ctx, nil)
-		}
-		if err != nil {
-			b.r.Fatalf("stateful restore of %s (%s): %v", name, mode, err)
-		}
-		rms := num(op.Metadata["restore_ms"])
-		restore = append(restore, rms)
-		rrate = append(rrate, mbps(mr.PageBytes, rms))
-		if memhog {
-			b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
-		}
-		b.h.OK("snapshot", "delete", name, snap)
-		b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
-			name, mode, frozen[i], dump[i], mr.Memory, wrate[i], rms, rrate[i])
+// statefulOnce takes snapshot i of name (variant v of mode) and restores it.
+func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *samples) {
+	ctx := context.Background()
+	mr := &s.mr
+	snap := fmt.Sprintf("%s%d", strings.ReplaceAll(v, "@", "-"), i)
+	t0 := time.Now()
+	op, err := b.c.CreateSnapshot(ctx, name, api.SnapshotsPost{Name: snap, Stateful: true})
+	if err == nil {
+		err = op.Wait(ctx, nil)
 	}
-	mr.FrozenMs = benchutil.Summarise(frozen)
-	mr.SnapshotMs = benchutil.Summarise(total)
-	mr.DumpMs = benchutil.Summarise(dump)
-	mr.SyncMs = benchutil.Summarise(sync)
-	mr.WriteMBps = benchutil.Summarise(wrate)
-	if len(after) > 0 {
-		mr.WriteAfterThawMs = benchutil.Summarise(after)
-		mr.AfterThawMBps = benchutil.Summarise(arate)
+	if err != nil {
+		b.r.Fatalf("stateful snapshot of %s (%s): %v", name, mode, err)
 	}
-	mr.RestoreMs = benchutil.Summarise(restore)
-	mr.RestoreMBps = benchutil.Summarise(rrate)
+	s.total = append(s.total, benchutil.Ms(time.Since(t0)))
+	md := op.Metadata
+	mr.PageBytes = uint64(num(md["page_bytes"]))
+	s.frozen = append(s.frozen, num(md[api.MetaFrozenMs]))
+	s.dump = append(s.dump, num(md["dump_ms"]))
+	s.sync = append(s.sync, num(md["sync_ms"]))
+	mr.Memory, _ = md["memory"].(string)
+	// Durable at the end of the dump's write (vessel's writer syncs),
+	// or only after the fsync that follows (CRIU's buffered writes).
+	durable := num(md["dump_ms"]) + num(md["write_ms"])
+	if strings.HasPrefix(mode, "criu") {
+		durable += num(md["sync_ms"])
+	}
+	s.wrate = append(s.wrate, mbps(mr.PageBytes, durable))
+	if mr.Memory == "background" {
+		w := num(md["write_ms"])
+		if strings.HasPrefix(mode, "criu") {
+			w += num(md["sync_ms"])
+		}
+		s.after = append(s.after, w)
+		s.arate = append(s.arate, mbps(mr.PageBytes, w))
+	}
+
+	dropCaches(b.r)
+	op, err = b.c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
+	if err == nil {
+		err = op.Wait(ctx, nil)
+	}
+	if err != nil {
+		b.r.Fatalf("stateful restore of %s (%s): %v", name, mode, err)
+	}
+	rms := num(op.Metadata["restore_ms"])
+	s.restore = append(s.restore, rms)
+	s.rrate = append(s.rrate, mbps(mr.PageBytes, rms))
+	if memhog {
+		b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
+	}
+	b.h.OK("snapshot", "delete", name, snap)
+	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
+		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i])
+}
+
+func (s *samples) summarise() ModeResult {
+	mr := s.mr
+	mr.FrozenMs = benchutil.Summarise(s.frozen)
+	mr.SnapshotMs = benchutil.Summarise(s.total)
+	mr.DumpMs = benchutil.Summarise(s.dump)
+	mr.SyncMs = benchutil.Summarise(s.sync)
+	mr.WriteMBps = benchutil.Summarise(s.wrate)
+	if len(s.after) > 0 {
+		mr.WriteAfterThawMs = benchutil.Summarise(s.after)
+		mr.AfterThawMBps = benchutil.Summarise(s.arate)
+	}
+	mr.RestoreMs = benchutil.Summarise(s.restore)
+	mr.RestoreMBps = benchutil.Summarise(s.rrate)
 	return mr
 }
 

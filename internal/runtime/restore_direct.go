@@ -181,6 +181,11 @@ func (r *Runtime) prepareRestore(ctx context.Context, id, bundle string, o Resto
 	if p.opts, err = restoreRequest(p.config, cgs, o); err != nil {
 		return nil, err
 	}
+	if o.DirectRead && !o.LazyPages && r.DirectReadPages() {
+		if err := setDirectRead(p.opts, o.WorkPath); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 

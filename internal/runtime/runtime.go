@@ -59,6 +59,9 @@ type Runtime struct {
 
 	bgOnce sync.Once
 	bgOK   bool // Criu has --background-memory (BackgroundMemory)
+
+	directOnce sync.Once
+	directOK   bool // Criu has --direct-read-pages (DirectReadPages)
 }
 
 // Status is a container's state as runc reports it.

@@ -42,6 +42,9 @@ type RestoreOptions struct {
 	LazyPages bool
 	// TCPEstablished restores established TCP connections.
 	TCPEstablished bool
+	// DirectRead reads the memory pages with O_DIRECT where CRIU can
+	// (DirectReadPages): for images on disk, not in the page cache.
+	DirectRead bool
 	// Hang is fault injection for tests: CRIU is never asked, the restore
 	// waits for its context.
 	Hang bool
