@@ -43,7 +43,12 @@ func (m *Monitor) Close() error { return m.Disconnect() }
 // connection must then be closed: a late reply would answer the next
 // command).
 func (m *Monitor) Execute(ctx context.Context, command string, args any, ret any) error {
-	b, err := json.Marshal(qmp.Command{Execute: command, Args: argsMap(args)})
+	// qmp.Command sends "arguments": null for none, which QEMU refuses.
+	req := map[string]any{"execute": command}
+	if args != nil {
+		req["arguments"] = args
+	}
+	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
@@ -78,25 +83,6 @@ func (m *Monitor) Execute(ctx context.Context, command string, args any, ret any
 		return fmt.Errorf("qmp %s: reply: %w", command, err)
 	}
 	return nil
-}
-
-// argsMap turns a struct of arguments into QMP's map (nil stays nil).
-func argsMap(args any) map[string]any {
-	if args == nil {
-		return nil
-	}
-	if m, ok := args.(map[string]any); ok {
-		return m
-	}
-	b, err := json.Marshal(args)
-	if err != nil {
-		return nil
-	}
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	return m
 }
 
 // Status is query-status's reply.
