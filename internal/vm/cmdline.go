@@ -37,7 +37,11 @@ type Boot struct {
 	// Init is the image's init (vessel.init=), when it is one word and not
 	// /sbin/init, the guest init's default.
 	Init []string
-	Net  *Net
+	// StopSignal is the image's stop signal (vessel.stopsignal=): the
+	// guest's init may send it to the image's init when the ACPI power
+	// button is pressed (images without an ACPI daemon, busybox's).
+	StopSignal string
+	Net        *Net
 }
 
 // Cmdline returns the kernel command line: the serial console, the root
@@ -51,6 +55,9 @@ func Cmdline(b Boot) string {
 	}
 	if len(b.Init) == 1 && b.Init[0] != "/sbin/init" && !strings.ContainsAny(b.Init[0], " \t\n\"") {
 		args = append(args, "vessel.init="+b.Init[0])
+	}
+	if b.StopSignal != "" && !strings.ContainsAny(b.StopSignal, " \t\n\"") {
+		args = append(args, "vessel.stopsignal="+b.StopSignal)
 	}
 	if b.Net != nil {
 		args = append(args, "vessel.net="+b.Net.String())
