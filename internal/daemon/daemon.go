@@ -326,7 +326,7 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 		}
 	}
 	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
-		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate")} {
+		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate"), filepath.Join(d.cfg.RunDir, "vm")} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)
