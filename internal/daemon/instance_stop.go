@@ -75,14 +75,12 @@ func (d *Daemon) stopLocked(ctx context.Context, inst *instance, force bool, tim
 	if run == nil {
 		return errorf(ErrConflict, "instance %q is not running", name)
 	}
-	if !force {
-		var err error
-		if isVM(inst) {
-			err = d.askVMStop(ctx, name) // the ACPI power button
-		} else {
-			err = d.rt.Signal(ctx, name, stopSignal(inst.record().StopSignal))
+	if !force && isVM(inst) {
+		if err := d.powerdownVM(ctx, name, run, timeout); err != nil {
+			return err
 		}
-		if err != nil {
+	} else if !force {
+		if err := d.rt.Signal(ctx, name, stopSignal(inst.record().StopSignal)); err != nil {
 			d.log.Warn("stop signal failed, killing", "name", name, "err", err)
 		} else {
 			select {

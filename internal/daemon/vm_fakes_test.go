@@ -25,6 +25,9 @@ type fakeVMRunner struct {
 	// ignoreACPI makes new VMs ignore the power button (a guest without
 	// an ACPI handler).
 	ignoreACPI bool
+	// acpiLost makes new VMs miss their first presses (a guest still
+	// booting).
+	acpiLost int
 }
 
 type fakeVM struct {
@@ -32,6 +35,7 @@ type fakeVM struct {
 	pid        int
 	running    bool // let run (cont)
 	ignoreACPI bool
+	acpiLost   int
 	throttle   *qemu.IOThrottle
 	done       chan struct{}
 	once       sync.Once
@@ -75,7 +79,7 @@ func (f *fakeVMRunner) Start(ctx context.Context, cfg qemu.Config) (vmProcess, e
 	if err := os.WriteFile(filepath.Join(cfg.RunDir, qemu.PidFile), fmt.Appendf(nil, "%d\n", f.nextPid), 0o600); err != nil {
 		return nil, err
 	}
-	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, done: make(chan struct{})}
+	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost, done: make(chan struct{})}
 	f.vms[cfg.RunDir] = v
 	return fakeVMProcess{v}, nil
 }
@@ -171,7 +175,10 @@ func (m *fakeMonitor) Cont(ctx context.Context) error {
 
 func (m *fakeMonitor) SystemPowerdown(ctx context.Context) error {
 	return m.do("system_powerdown", func() {
-		if !m.v.ignoreACPI {
+		switch {
+		case m.v.acpiLost > 0:
+			m.v.acpiLost--
+		case !m.v.ignoreACPI:
 			m.v.end()
 		}
 	})

@@ -236,6 +236,33 @@ func (d *Daemon) trackVM(inst *instance, proc vmProcess) *running {
 // errQEMUExit explains a VM's unknown exit status.
 var errQEMUExit = errors.New("qemu ended (its exit status is not known to vessel)")
 
+// vmPowerdownRepeat is how often a stop presses the power button again: a
+// press while the guest boots (before its init listens) is lost.
+const vmPowerdownRepeat = 5 * time.Second
+
+// powerdownVM presses the VM's ACPI power button, again every
+// vmPowerdownRepeat, until QEMU has ended or timeout has passed (then the
+// caller kills it). Only ctx's end is an error.
+func (d *Daemon) powerdownVM(ctx context.Context, name string, run *running, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		if err := d.askVMStop(ctx, name); err != nil {
+			d.log.Warn("ACPI power button failed, killing", "name", name, "err", err)
+			return nil
+		}
+		select {
+		case <-run.exited:
+			return nil
+		case <-deadline:
+			d.log.Info("graceful stop timed out, killing", "name", name, "timeout", timeout)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(vmPowerdownRepeat):
+		}
+	}
+}
+
 // askVMStop presses the VM's ACPI power button.
 func (d *Daemon) askVMStop(ctx context.Context, name string) error {
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -275,3 +275,21 @@ func TestVMRefusals(t *testing.T) {
 		t.Errorf("unknown type: %v", err)
 	}
 }
+
+// TestVMStopPressesAgain: a press the guest missed (it was still booting)
+// is followed by another; the guest then shuts down by itself, unkilled.
+func TestVMStopPressesAgain(t *testing.T) {
+	td := newTestDaemon(t)
+	td.fvm.acpiLost = 1
+	td.addInstance(t, "vm1", state.StateStopped, vmRecord)
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStart}); err != nil {
+		t.Fatal(err)
+	}
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStop, Timeout: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if n := td.fvm.count("system_powerdown vm1"); n != 2 {
+		t.Errorf("power button pressed %d times, want 2", n)
+	}
+	td.checkVMStopped(t, "vm1")
+}
