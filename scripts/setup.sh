@@ -304,6 +304,49 @@ check_criu() {
 	log "criu check: $(echo "$out" | tail -n 1)"
 }
 
+# vm_support: what VM instances need. QEMU 10 (bookworm: from
+# bookworm-backports, which must be in apt's sources; trixie's own) and
+# e2fsprogs (mkfs.ext4 -d builds a VM's disk from an image's rootfs); and
+# the guest kernel: Debian's cloud kernel package (trixie's, or
+# bookworm-backports'), unpacked into $CACHE/vm-kernel/<version>/ with
+# $CACHE/vm-kernel/current pointing at it. vessel takes vmlinuz and the
+# modules a VM needs from there (vesseld --vm-kernel-dir).
+vm_support() {
+	local suite="" dir=$CACHE/vm-kernel meta dep pkg ver tmp
+	[ "$OS_CODENAME" = bookworm ] && suite=bookworm-backports
+	if ! command -v qemu-system-x86_64 >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1; then
+		log "installing qemu-system-x86 e2fsprogs${suite:+ from $suite}"
+		apt_install ${suite:+-t "$suite"} qemu-system-x86 e2fsprogs
+	fi
+	if [ -f "$dir/current/vmlinuz" ] && [ -d "$dir/current/modules" ]; then
+		log "vm kernel: $(readlink "$dir/current")"
+		return
+	fi
+	tmp=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$tmp'" RETURN
+	(cd "$tmp" && apt-get download ${suite:+-t "$suite"} linux-image-cloud-amd64 2>/dev/null) ||
+		die "vm kernel: apt-get download linux-image-cloud-amd64 failed${suite:+ (is $suite in the apt sources?)}"
+	meta=$(echo "$tmp"/linux-image-cloud-amd64_*.deb)
+	# Depends: linux-image-6.12.95+deb12-cloud-amd64 (= 6.12.95-1~bpo12+1)
+	dep=$(dpkg-deb -f "$meta" Depends)
+	pkg=${dep%% *}
+	ver=$(sed -n 's/.*(= \(.*\)).*/\1/p' <<<"$dep")
+	(cd "$tmp" && apt-get download "$pkg=$ver" 2>/dev/null) || die "vm kernel: apt-get download $pkg=$ver failed"
+	mkdir -p "$tmp/x" "$dir"
+	dpkg-deb -x "$tmp/${pkg}_"*.deb "$tmp/x"
+	local kver=${pkg#linux-image-}
+	rm -rf "$dir/$kver.new"
+	mkdir -p "$dir/$kver.new"
+	cp "$tmp/x/boot/vmlinuz-$kver" "$dir/$kver.new/vmlinuz"
+	cp "$tmp/x/boot/config-$kver" "$dir/$kver.new/config"
+	mv "$tmp/x/lib/modules/$kver" "$dir/$kver.new/modules"
+	rm -rf "${dir:?}/${kver:?}"
+	mv "$dir/$kver.new" "$dir/$kver"
+	ln -sfn "$kver" "$dir/current"
+	log "vm kernel: $kver in $dir"
+}
+
 need_root
 detect_os
 install_packages
@@ -312,4 +355,5 @@ build_criu
 build_runc
 subids
 tune_kernel
+vm_support
 check_criu

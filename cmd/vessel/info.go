@@ -57,6 +57,7 @@ func hostPairs(h api.HostInfo) [][2]string {
 		{"runc", h.RuncVersion},
 		{"CRIU", h.CRIUVersion},
 		{"CRIU check", h.CRIUCheck},
+		{"VM accelerator", accelLine(h)},
 		{"Containers", fmt.Sprintf("%d (%d running)", h.Instances, h.InstancesUp)},
 		{"Control cgroup", controlLine(h.Control)},
 		{"Storage devices", devicesLine(h.StorageDevices)},
@@ -64,6 +65,17 @@ func hostPairs(h api.HostInfo) [][2]string {
 		{"vessel", h.VesselVersion},
 		{"Warnings", warningsLine(h.Warnings)},
 	}
+}
+
+// accelLine says what VMs run with, and why not KVM.
+func accelLine(h api.HostInfo) string {
+	switch {
+	case h.VMAccel == "":
+		return "unknown"
+	case h.VMAccelReason != "":
+		return fmt.Sprintf("%s (%s)", h.VMAccel, h.VMAccelReason)
+	}
+	return h.VMAccel
 }
 
 // warningsLine lists what the daemon cleaned at its start.
@@ -113,6 +125,7 @@ func devicesLine(devs []api.BlockDevice) string {
 func instancePairs(i api.Instance) [][2]string {
 	p := [][2]string{
 		{"Name", i.Name},
+		{"Type", nonEmpty(i.Type, api.InstanceContainer)},
 		{"Status", i.Status},
 		{"Location", i.Location},
 		{"Distribution", nonEmpty(i.OS.PrettyName, distro(i.OS))},

@@ -12,10 +12,12 @@ import (
 // createFlags are shared by launch and create.
 type createFlags struct {
 	config []string
+	vm     bool
 }
 
 func (f *createFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVarP(&f.config, "config", "c", nil, "configuration key=value (repeatable)")
+	cmd.Flags().BoolVar(&f.vm, "vm", false, "a virtual machine (QEMU) instead of a container; limits.cpu and limits.memory size it")
 }
 
 func parseKV(pairs []string) (map[string]string, error) {
@@ -44,7 +46,8 @@ func newCreateLike(g *globals, use, short string, start bool) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Example: `  vessel launch busybox web1
-  vessel launch debian db1 -c user.role=database`,
+  vessel launch debian db1 -c user.role=database
+  vessel launch debian vm1 --vm -c limits.cpu=2 -c limits.memory=2GiB`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, r, err := connect(args[1])
@@ -60,6 +63,9 @@ func newCreateLike(g *globals, use, short string, start bool) *cobra.Command {
 				Source: api.InstanceSource{Type: "image", Image: args[0]},
 				Config: cfg,
 				Start:  start,
+			}
+			if f.vm {
+				req.Type = api.InstanceVM
 			}
 			ctx := cmd.Context()
 			op, err := c.CreateInstance(ctx, req)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,9 +35,9 @@ func newListCmd(g *globals) *cobra.Command {
 				if i.PID != 0 {
 					pid = fmt.Sprint(i.PID)
 				}
-				rows = append(rows, []any{i.Name, i.Status, i.IPv4, distro(i.OS), shortFP(i.Image), pid})
+				rows = append(rows, []any{i.Name, instanceType(i), i.Status, i.IPv4, distro(i.OS), shortFP(i.Image), pid})
 			}
-			return printTable(cmd.OutOrStdout(), format, []string{"NAME", "STATUS", "IPV4", "DISTRO", "IMAGE", "PID"}, rows, insts)
+			return printTable(cmd.OutOrStdout(), format, []string{"NAME", "TYPE", "STATUS", "IPV4", "DISTRO", "IMAGE", "PID"}, rows, insts)
 		},
 	}
 	addFormatFlag(cmd, &format)
@@ -59,4 +60,10 @@ func shortFP(fp string) string {
 		return fp[:12]
 	}
 	return fp
+}
+
+// instanceType is list's TYPE column: CONTAINER or VIRTUAL-MACHINE (as
+// Incus shows it).
+func instanceType(i api.Instance) string {
+	return strings.ToUpper(nonEmpty(i.Type, api.InstanceContainer))
 }

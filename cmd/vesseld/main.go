@@ -142,6 +142,8 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Subgid, "subgid", env("VESSEL_SUBGID", ""), "subordinate gid file (default /etc/subgid)")
 	f.BoolVar(&cfg.AcceptPrivileged, "accept-privileged", false, "let peers move privileged containers (security.privileged=true) in: each is root on this host")
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, /usr/lib/vessel/vessel-shim, then PATH)")
+	f.StringVar(&cfg.VMAgent, "vm-agent", env("VESSEL_VM_AGENT", ""), "guest agent put in VMs' initramfs as /init (default: vessel-agent next to vesseld, /usr/lib/vessel/vessel-agent, then PATH)")
+	f.StringVar(&cfg.VMKernelDir, "vm-kernel-dir", env("VESSEL_VM_KERNEL_DIR", ""), "guest kernel for VMs: vmlinuz and modules/ (default /var/cache/vessel-setup/vm-kernel/current, where setup.sh unpacks Debian's cloud kernel)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.StringArrayVar(&defaultLimits, "default-limit", splitEnv("VESSEL_DEFAULT_LIMITS"), `a limit for containers that set none, KEY=VALUE (repeatable): e.g. limits.memory=2GiB, limits.processes=unlimited (default: limits.processes and limits.memory derived from the host, see 'vessel info')`)
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")

@@ -14,7 +14,9 @@ const (
 
 // Instance is a container as the API shows it.
 type Instance struct {
-	Name      string            `json:"name"`
+	Name string `json:"name"`
+	// Type is InstanceContainer or InstanceVM.
+	Type      string            `json:"type"`
 	Status    string            `json:"status"`
 	Image     string            `json:"image"`
 	Created   time.Time         `json:"created"`
@@ -96,7 +98,15 @@ type InstancesPost struct {
 	Config map[string]string `json:"config,omitempty"`
 	// Start the container once created (launch).
 	Start bool `json:"start"`
+	// Type is InstanceContainer (also when empty) or InstanceVM.
+	Type string `json:"type,omitempty"`
 }
+
+// Instance types.
+const (
+	InstanceContainer = "container"
+	InstanceVM        = "virtual-machine"
+)
 
 // Instance state actions.
 const (

@@ -53,6 +53,10 @@ type HostInfo struct {
 	// DefaultLimits are the limits.* values every container runs with
 	// unless its configuration sets them ("unlimited": no limit).
 	DefaultLimits map[string]string `json:"default_limits,omitempty"`
+	// VMAccel is the accelerator VMs run with ("kvm" or "tcg");
+	// VMAccelReason says why not KVM.
+	VMAccel       string `json:"vm_accel,omitempty"`
+	VMAccelReason string `json:"vm_accel_reason,omitempty"`
 }
 
 // OS names a distribution (from os-release).

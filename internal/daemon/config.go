@@ -89,6 +89,14 @@ type Config struct {
 	Shim    string
 	Busybox string
 
+	// VMAgent is the guest agent put in VMs' initramfs as /init (empty:
+	// vessel-agent next to vesseld, /usr/lib/vessel/vessel-agent, then
+	// PATH). VMKernelDir holds the guest kernel and its modules (default
+	// vm.DefaultKernelDir, where scripts/setup.sh unpacks Debian's cloud
+	// kernel).
+	VMAgent     string
+	VMKernelDir string
+
 	// Subuid and Subgid are the subordinate id files unprivileged
 	// containers take their ids from (default /etc/subuid, /etc/subgid).
 	Subuid string
@@ -350,6 +358,11 @@ func (c *Config) sysfsDir(name string) string { return filepath.Join(c.RunDir, "
 func (c *Config) subuidPath() string          { return cmp.Or(c.Subuid, defaultSubuid) }
 func (c *Config) subgidPath() string          { return cmp.Or(c.Subgid, defaultSubgid) }
 func (c *Config) netnsDir() string            { return filepath.Join(c.RunDir, "netns") }
+
+// vmRunDir holds a running VM's sockets and pidfile; vmAssetsDir the
+// initramfs images built for VMs.
+func (c *Config) vmRunDir(name string) string { return filepath.Join(c.RunDir, "vm", name) }
+func (c *Config) vmAssetsDir() string         { return filepath.Join(c.Root, "vm") }
 func (c *Config) cgroupPath(name string) string {
 	return filepath.Join(c.CgroupParent, name)
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/vesselhost/vessel/internal/image"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
@@ -54,6 +55,7 @@ type Daemon struct {
 	storage  storage.Driver
 	net      instanceNetwork
 	rt       instanceRuntime
+	vms      vmRunner // QEMU for VM instances (vm_instance.go)
 	// cgroupsFor opens a cgroup (cgroups.New); peerAPIFor connects to a
 	// peer host (client.NewHTTPS): seams for the unit tests' fakes.
 	cgroupsFor cgroupsFunc
@@ -174,6 +176,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 		return nil, err
 	}
 	d.rt = rt
+	d.vms = newQEMURunner(cfg)
+	if a := d.vms.Accel(); a.Accel != qemu.AccelKVM {
+		log.Warn("VMs run under TCG (software emulation, many times slower than KVM)", "reason", a.Reason)
+	}
 	d.host = d.probeHost(ctx)
 	if err := d.ensureBuiltinImage(ctx); err != nil {
 		return nil, err
@@ -323,7 +329,7 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 		}
 	}
 	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
-		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate")} {
+		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate"), filepath.Join(d.cfg.RunDir, "vm")} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)

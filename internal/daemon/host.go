@@ -47,6 +47,8 @@ func (d *Daemon) probeHost(ctx context.Context) api.HostInfo {
 	h.RuncVersion = firstField(runTool(ctx, d.runc(), "--version"), "runc version ")
 	h.CRIUVersion = firstField(runTool(ctx, d.criu(), "--version"), "Version: ")
 	h.CRIUCheck = lastLine(runTool(ctx, d.criu(), "check"))
+	a := d.vms.Accel()
+	h.VMAccel, h.VMAccelReason = string(a.Accel), a.Reason
 	return h
 }
 

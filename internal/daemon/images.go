@@ -218,9 +218,10 @@ func (d *Daemon) DeleteImage(ctx context.Context, ref string) error {
 		return err
 	}
 	defer unlock()
-	vol := storage.Volume{Type: storage.VolumeImage, Name: img.Fingerprint}
-	if err := d.storage.DeleteVolume(ctx, vol); err != nil {
-		return err
+	for _, vol := range []storage.Volume{{Type: storage.VolumeImage, Name: img.Fingerprint}, vmImageVolume(img.Fingerprint)} {
+		if err := d.storage.DeleteVolume(ctx, vol); err != nil {
+			return err
+		}
 	}
 	if err := d.images.Delete(img.Fingerprint); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

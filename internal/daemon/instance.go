@@ -46,6 +46,7 @@ type instance struct {
 // running is the runtime handle of an instance's processes.
 type running struct {
 	proc   runtime.Process
+	vm     vmProcess     // a VM's QEMU (nil for a container)
 	exited chan struct{} // closed when init has exited
 	exit   runtime.Exit  // valid once exited is closed
 }

@@ -26,6 +26,11 @@ func (d *Daemon) copyInstance(ctx context.Context, req api.InstancesPost) (*oper
 	if err := validateConfig(req.Config); err != nil {
 		return nil, err
 	}
+	if inst := d.insts.get(srcName); inst != nil {
+		if err := refuseVM(inst, "copying"); err != nil {
+			return nil, err
+		}
+	}
 	if snap != "" {
 		if _, err := d.getSnapshotRecord(srcName, snap); err != nil {
 			return nil, err

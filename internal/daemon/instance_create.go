@@ -35,6 +35,11 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 	if err := validateConfig(req.Config); err != nil {
 		return nil, err
 	}
+	switch req.Type {
+	case "", api.InstanceContainer, api.InstanceVM:
+	default:
+		return nil, errorf(ErrInvalid, "unknown instance type %q (want %q or %q)", req.Type, api.InstanceContainer, api.InstanceVM)
+	}
 	img, err := d.resolveImage(req.Source.Image)
 	if err != nil {
 		return nil, err
@@ -57,11 +62,20 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 // cloned from it, the identity files; then "stopped", and a start if asked.
 func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.InstancesPost, img state.Image) error {
 	op.SetMetadata(map[string]any{"stage": "image"})
-	if err := d.ensureImageVolume(ctx, img.Fingerprint); err != nil {
+	src := storage.Volume{Type: storage.VolumeImage, Name: img.Fingerprint}
+	typ := ""
+	if req.Type == api.InstanceVM {
+		// A VM boots a disk built once per image; its volume is a clone.
+		if err := d.ensureVMImageVolume(ctx, img.Fingerprint); err != nil {
+			return err
+		}
+		src, typ = vmImageVolume(img.Fingerprint), state.TypeVM
+	} else if err := d.ensureImageVolume(ctx, img.Fingerprint); err != nil {
 		return err
 	}
 	rec := state.Instance{
 		Name:       req.Name,
+		Type:       typ,
 		Image:      img.Fingerprint,
 		Created:    time.Now().UTC(),
 		Config:     maps.Clone(req.Config),
@@ -72,7 +86,6 @@ func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.I
 		OS:         img.OS,
 		State:      state.StateCreating,
 	}
-	src := storage.Volume{Type: storage.VolumeImage, Name: img.Fingerprint}
 	return d.createFrom(ctx, op, rec, src, req.Start)
 }
 
@@ -100,8 +113,12 @@ func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec s
 	}
 	r.Add(func() { d.undo("delete volume", inst.name, d.storage.DeleteVolume(bg, vol)) })
 	d.crashAt(faultCreateVolume)
-	if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
-		return err
+	// A VM's volume holds its disk: the guest's init names it from the
+	// kernel command line (vessel.hostname=).
+	if !rec.IsVM() {
+		if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+			return err
+		}
 	}
 	if err := d.setState(inst, state.StateStopped, nil); err != nil {
 		return err

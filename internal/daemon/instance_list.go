@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -14,6 +15,7 @@ func (d *Daemon) render(inst *instance) api.Instance {
 	status, run := inst.status()
 	out := api.Instance{
 		Name:       rec.Name,
+		Type:       cmp.Or(rec.Type, api.InstanceContainer),
 		Status:     status,
 		Image:      rec.Image,
 		Created:    rec.Created,
@@ -36,6 +38,9 @@ func (d *Daemon) render(inst *instance) api.Instance {
 	}
 	if run != nil {
 		out.PID = run.proc.InitPid
+		if run.vm != nil {
+			out.PID = run.vm.Pid()
+		}
 	}
 	if e := rec.LastExit; e != nil {
 		out.LastExit = &api.InstanceExit{Status: e.Status, Signal: e.Signal, Time: e.Time}

@@ -25,6 +25,9 @@ import (
 
 // startLocked starts a stopped instance; the caller holds its lock.
 func (d *Daemon) startLocked(ctx context.Context, inst *instance) error {
+	if isVM(inst) {
+		return d.startVM(ctx, inst)
+	}
 	return d.runLocked(ctx, inst, false, func(bundle, logPath string) (runtime.Process, error) {
 		return d.rt.Start(ctx, inst.name, bundle, runtime.StartOptions{LogPath: logPath})
 	})

@@ -75,9 +75,12 @@ func (d *Daemon) stopLocked(ctx context.Context, inst *instance, force bool, tim
 	if run == nil {
 		return errorf(ErrConflict, "instance %q is not running", name)
 	}
-	if !force {
-		sig := stopSignal(inst.record().StopSignal)
-		if err := d.rt.Signal(ctx, name, sig); err != nil {
+	if !force && isVM(inst) {
+		if err := d.powerdownVM(ctx, name, run, timeout); err != nil {
+			return err
+		}
+	} else if !force {
+		if err := d.rt.Signal(ctx, name, stopSignal(inst.record().StopSignal)); err != nil {
 			d.log.Warn("stop signal failed, killing", "name", name, "err", err)
 		} else {
 			select {
@@ -102,7 +105,11 @@ func (d *Daemon) killAndWait(ctx context.Context, inst *instance, run *running) 
 		return nil
 	default:
 	}
-	if err := d.rt.Kill(ctx, inst.name); err != nil {
+	kill := d.rt.Kill
+	if run.vm != nil {
+		kill = func(ctx context.Context, _ string) error { return run.vm.Kill(ctx) }
+	}
+	if err := kill(ctx, inst.name); err != nil {
 		return fmt.Errorf("kill %s: %w", inst.name, err)
 	}
 	select {
@@ -120,7 +127,11 @@ func (d *Daemon) killAndWait(ctx context.Context, inst *instance, run *running) 
 func (d *Daemon) cleanupStopped(ctx context.Context, inst *instance, run *running, keepRunning bool) error {
 	name := inst.name
 	var errs []error
-	if err := d.rt.Delete(ctx, name); err != nil {
+	release := d.rt.Delete
+	if isVM(inst) {
+		release = func(context.Context, string) error { return d.releaseVMRun(name) }
+	}
+	if err := release(ctx, name); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.releaseUserns(name); err != nil {

@@ -67,6 +67,9 @@ func (d *Daemon) updateLocked(ctx context.Context, inst *instance, patch map[str
 		return err
 	}
 	running := inst.live() != nil
+	if running && isVM(inst) {
+		return d.updateRunningVM(ctx, inst, prev, cfg)
+	}
 	if running {
 		if err := d.applyLimits(ctx, name, cfg, 0); err != nil {
 			return d.restoreLimits(ctx, name, prev, err)

@@ -20,7 +20,9 @@ import (
 // an operation whose metadata carries the progress and, at the end, the
 // per-phase timing report ("timing").
 func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.InstanceMigratePost) (*operations.Operation, error) {
-	if _, err := d.instance(name); err != nil {
+	if inst, err := d.instance(name); err != nil {
+		return nil, err
+	} else if err := refuseVM(inst, "moving"); err != nil {
 		return nil, err
 	}
 	if req.TargetFingerprint == d.fingerprint {

@@ -104,7 +104,7 @@ func (d *Daemon) dropWithoutVolume(ctx context.Context, inst *instance) {
 // dropUnrecordedVolumes deletes the volumes no record explains. A
 // migration journal's instance is explained (recoverMigrations settles it).
 func (d *Daemon) dropUnrecordedVolumes(ctx context.Context, journals map[string]state.Migration) {
-	for _, typ := range []storage.VolumeType{storage.VolumeContainer, storage.VolumeSnapshot, storage.VolumeCheckpoint, storage.VolumeImage} {
+	for _, typ := range []storage.VolumeType{storage.VolumeContainer, storage.VolumeSnapshot, storage.VolumeCheckpoint, storage.VolumeImage, storage.VolumeVMImage} {
 		vols, err := d.storage.ListVolumes(ctx, typ)
 		if err != nil {
 			d.log.Error("list the storage pool's volumes", "type", typ, "err", err)
@@ -131,7 +131,7 @@ func (d *Daemon) dropUnrecordedVolumes(ctx context.Context, journals map[string]
 // migration journal names is explained: the settle decides.
 func (d *Daemon) volumeRecorded(vol storage.Volume, journals map[string]state.Migration) bool {
 	inst, snap, _ := strings.Cut(vol.Name, "/")
-	if _, migrating := journals[inst]; migrating && vol.Type != storage.VolumeImage {
+	if _, migrating := journals[inst]; migrating && vol.Type != storage.VolumeImage && vol.Type != storage.VolumeVMImage {
 		return true
 	}
 	switch vol.Type {
@@ -143,7 +143,7 @@ func (d *Daemon) volumeRecorded(vol storage.Volume, journals map[string]state.Mi
 		}
 		_, err := d.state.GetSnapshot(inst, snap)
 		return !errors.Is(err, state.ErrNotFound)
-	case storage.VolumeImage:
+	case storage.VolumeImage, storage.VolumeVMImage:
 		_, err := d.state.GetImage(vol.Name)
 		return !errors.Is(err, state.ErrNotFound)
 	}
@@ -165,6 +165,10 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 		} else {
 			d.log.Warn("finished a snapshot restore interrupted by a daemon restart", "name", name, "snapshot", rec.RollingBack)
 		}
+	}
+	if rec.IsVM() {
+		d.reconcileVM(ctx, inst)
+		return
 	}
 	status, pid, err := d.rt.State(ctx, name)
 	if err != nil {
@@ -249,6 +253,7 @@ func (d *Daemon) undoCreate(ctx context.Context, inst *instance) {
 	name := inst.name
 	d.log.Warn("undoing a create interrupted by a daemon restart", "name", name)
 	d.undo("delete runtime state", name, d.rt.Delete(ctx, name))
+	d.undo("remove vm run directory", name, d.releaseVMRun(name))
 	d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 	d.undo("detach network", name, d.net.Detach(ctx, name))
 	d.destroyCgroup(name)

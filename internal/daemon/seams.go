@@ -9,6 +9,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/network"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
 )
@@ -63,6 +64,9 @@ type instanceNetwork interface {
 	// Attach makes the instance's network namespace and link; Detach
 	// removes them (nothing there is not an error).
 	Attach(ctx context.Context, name string, addr netip.Addr) (network.Endpoint, error)
+	// AttachTap makes a VM's link instead: a filtered tap on the bridge
+	// (Detach, Guard and SetHostLink act on it as on a veth).
+	AttachTap(ctx context.Context, name string, addr netip.Addr) (network.Endpoint, error)
 	Detach(ctx context.Context, name string) error
 	// Guard installs again the anti-spoofing filter of an attached
 	// instance's port (an adopted container's).
@@ -77,6 +81,42 @@ type instanceNetwork interface {
 	// network namespace (for an unprivileged container's /sys).
 	MountSysfs(name, dir string) error
 	UnmountSysfs(dir string) error
+}
+
+// vmRunner runs VM instances' QEMU processes (qemuRunner: internal/qemu,
+// with the boot assets of internal/vm).
+type vmRunner interface {
+	// Accel is the accelerator VMs get on this host.
+	Accel() qemu.AccelInfo
+	// BuildDisk makes dir/disk.img from an image's root filesystem.
+	BuildDisk(ctx context.Context, rootfs, dir string) error
+	// Start starts QEMU for cfg (the runner fills in the kernel, the
+	// initramfs and the disk's I/O options) and returns once it runs
+	// detached, paused if cfg says so.
+	Start(ctx context.Context, cfg qemu.Config) (vmProcess, error)
+	// Find returns the VM's live QEMU, also one an earlier daemon
+	// started; an error wrapping qemu.ErrNotRunning when there is none.
+	Find(runDir, name string) (vmProcess, error)
+	// Monitor connects to a VM's QMP socket.
+	Monitor(ctx context.Context, socket string) (vmMonitor, error)
+}
+
+// vmProcess is a running QEMU (qemu.Process).
+type vmProcess interface {
+	Pid() int
+	// Done is closed when the process has ended.
+	Done() <-chan struct{}
+	// Kill ends it at once and waits for its end.
+	Kill(ctx context.Context) error
+}
+
+// vmMonitor is a QMP connection (qemu.Monitor).
+type vmMonitor interface {
+	QueryStatus(ctx context.Context) (qemu.Status, error)
+	Cont(ctx context.Context) error
+	SystemPowerdown(ctx context.Context) error
+	SetIOThrottle(ctx context.Context, t qemu.IOThrottle) error
+	Close() error
 }
 
 // cgroupsFunc opens the cgroup at a path (cgroups.New).

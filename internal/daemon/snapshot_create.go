@@ -23,6 +23,11 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 	act := actSnapshot
 	if req.Stateful {
 		act = actStatefulSnapshot
+		if inst, err := d.instance(name); err == nil {
+			if err := refuseVM(inst, "a stateful snapshot"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if _, err := d.checkNow(name, act, false); err != nil {
 		return nil, err

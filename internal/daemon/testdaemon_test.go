@@ -31,6 +31,7 @@ type testDaemon struct {
 	fnet  *fakeNetwork
 	fcg   *fakeCgroups
 	fpeer *fakePeer
+	fvm   *fakeVMRunner
 	logs  *testLog
 	once  sync.Once
 }
@@ -71,6 +72,7 @@ func newTestDaemon(t *testing.T) *testDaemon {
 		fnet:  newFakeNetwork(cfg.Subnet),
 		fcg:   cgs,
 		fpeer: newFakePeer(),
+		fvm:   newFakeVMRunner(),
 	}
 	td.wire(t, cfg)
 	return td
@@ -82,7 +84,7 @@ func newTestDaemon(t *testing.T) *testDaemon {
 func (td *testDaemon) restart(t *testing.T) *testDaemon {
 	t.Helper()
 	td.shutdown(t)
-	next := &testDaemon{frt: td.frt, fnet: td.fnet, fcg: td.fcg, fpeer: td.fpeer}
+	next := &testDaemon{frt: td.frt, fnet: td.fnet, fcg: td.fcg, fpeer: td.fpeer, fvm: td.fvm}
 	next.wire(t, td.cfg)
 	return next
 }
@@ -116,6 +118,7 @@ func (td *testDaemon) wire(t *testing.T, cfg Config) {
 		storage:    drv,
 		net:        td.fnet,
 		rt:         td.frt,
+		vms:        td.fvm,
 		cgroupsFor: td.fcg.open,
 		peerAPIFor: td.fpeer.api,
 		ops:        operations.NewRegistry(),

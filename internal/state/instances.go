@@ -41,10 +41,21 @@ const (
 	StateRunning InstanceState = "running"
 )
 
-// Instance is a container's durable record.
+// Instance types.
+const (
+	// TypeContainer is a system container (the type of a record without
+	// one).
+	TypeContainer = "container"
+	// TypeVM is a QEMU virtual machine.
+	TypeVM = "virtual-machine"
+)
+
+// Instance is an instance's durable record.
 type Instance struct {
 	Version int    `json:"version"`
 	Name    string `json:"name"`
+	// Type is TypeContainer (also when empty) or TypeVM.
+	Type string `json:"type,omitempty"`
 	// Image is the fingerprint of the image the container was made from.
 	Image   string    `json:"image"`
 	Created time.Time `json:"created"`
@@ -81,6 +92,9 @@ type IDMap struct {
 	GID  uint32 `json:"gid"`
 	Size uint32 `json:"size"`
 }
+
+// IsVM says the instance is a virtual machine.
+func (i Instance) IsVM() bool { return i.Type == TypeVM }
 
 // Running says the instance's committed state is StateRunning.
 func (i Instance) Running() bool { return i.State == StateRunning }

@@ -50,6 +50,7 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"BlockDevices", testBlockDevices},
 		{"ListVolumes", testListVolumes},
 		{"PoolPrivate", testPoolPrivate},
+		{"VMDiskClone", testVMDiskClone},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, mounted(t)) })
@@ -465,7 +466,7 @@ func testListVolumes(t *testing.T, d Driver) {
 	ctx := t.Context()
 	for _, vol := range []Volume{
 		img1, ct2, ct1, snap, {Type: VolumeSnapshot, Name: "c2/s1"}, {Type: VolumeCheckpoint, Name: "c1/s1"},
-		transferSnapshot("c1", 1),
+		{Type: VolumeVMImage, Name: "img1"}, transferSnapshot("c1", 1),
 	} {
 		mustCreate(t, d, vol)
 	}
@@ -474,6 +475,7 @@ func testListVolumes(t *testing.T, d Driver) {
 		VolumeContainer:  `[container volume "c1" container volume "c2"]`,
 		VolumeSnapshot:   `[snapshot volume "c1/s1" snapshot volume "c2/s1"]`,
 		VolumeCheckpoint: `[checkpoint volume "c1/s1"]`,
+		VolumeVMImage:    `[vm-image volume "img1"]`,
 	}
 	for typ, w := range want {
 		got, err := d.ListVolumes(ctx, typ)

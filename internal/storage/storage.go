@@ -57,6 +57,10 @@ const (
 	// VolumeCheckpoint holds a checkpoint's image files (a plain writable
 	// volume; "CONTAINER/SNAP" like a snapshot).
 	VolumeCheckpoint VolumeType = "checkpoint"
+	// VolumeVMImage holds an image's VM disk (internal/vm: disk.img, a raw
+	// ext4 file built once from the image's volume), named by the image's
+	// fingerprint. A VM instance's container volume is a clone of it.
+	VolumeVMImage VolumeType = "vm-image"
 )
 
 // Volume names one filesystem tree in a pool. Snapshot and checkpoint

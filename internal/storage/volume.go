@@ -18,6 +18,7 @@ import (
 //	containers/NAME
 //	snapshots/CONTAINER/SNAP
 //	checkpoints/CONTAINER/SNAP
+//	vm-images/NAME
 //
 // plus stagingDir for work in progress that must not look like a volume.
 var typeDirs = map[VolumeType]string{
@@ -25,6 +26,7 @@ var typeDirs = map[VolumeType]string{
 	VolumeContainer:  "containers",
 	VolumeSnapshot:   "snapshots",
 	VolumeCheckpoint: "checkpoints",
+	VolumeVMImage:    "vm-images",
 }
 
 // pairNamed reports whether volumes of type t are named "CONTAINER/SNAP".

@@ -3,10 +3,12 @@ package testhost
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -107,6 +109,34 @@ func (h *Host) Leftovers() []string {
 	for _, id := range h.RuncContainers() {
 		out = append(out, "runc container "+id)
 	}
+	for _, pid := range h.qemuPids() {
+		out = append(out, fmt.Sprintf("qemu pid %d", pid))
+	}
+	return out
+}
+
+// qemuPids returns the QEMU processes of the host's VMs: those whose
+// pidfile is under its run directory.
+func (h *Host) qemuPids() []int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "qemu-system-x86_64" {
+			continue
+		}
+		for i := 1; i < len(args); i++ {
+			if args[i-1] == "-pidfile" && under(args[i], h.runDir) {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+					out = append(out, pid)
+				}
+			}
+		}
+	}
 	return out
 }
 
@@ -169,6 +199,9 @@ func (h *Host) forceCleanup() {
 	for _, id := range h.RuncContainers() {
 		_ = exec.Command(runtime.DefaultRuncPath(), "--root", root, "kill", "--all", id, "KILL").Run()
 		_ = exec.Command(runtime.DefaultRuncPath(), "--root", root, "delete", "--force", id).Run()
+	}
+	for _, pid := range h.qemuPids() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	time.Sleep(200 * time.Millisecond)
 	for _, m := range h.mounts() {

@@ -1,0 +1,194 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Binary is QEMU's system emulator for x86-64 guests.
+const Binary = "qemu-system-x86_64"
+
+// AgentPortName is the virtio-serial port the guest agent opens when the
+// host has no vhost-vsock.
+const AgentPortName = "org.vesselhost.agent"
+
+// TCGCacheMiB bounds TCG's translation cache (QEMU's default is 1 GiB on
+// 64-bit hosts, which a VM's memory limit would have to carry).
+const TCGCacheMiB = 64
+
+// The files of a VM's run directory.
+const (
+	QMPSocketFile     = "qmp.sock"
+	ConsoleSocketFile = "console.sock"
+	AgentSocketFile   = "agent.sock"
+	PidFile           = "qemu.pid"
+	// StderrFile holds what QEMU wrote before it daemonized (its errors
+	// at start).
+	StderrFile = "qemu.stderr"
+)
+
+// Disk is the VM's root disk: a raw image file.
+type Disk struct {
+	Path string
+	// Direct opens the file with O_DIRECT (cache=none): QEMU's I/O goes to
+	// the pool's disk without the host's page cache, which a VM would only
+	// double (it has its own).
+	Direct bool
+	// AIO is QEMU's I/O engine: "io_uring", "native" (Linux AIO, needs
+	// Direct) or "threads".
+	AIO string
+}
+
+// Net is the VM's network card: virtio-net on a tap the host made.
+type Net struct {
+	Tap string
+	MAC string
+}
+
+// Config describes one VM's QEMU process.
+type Config struct {
+	// Name is the instance's name (-name guest=NAME).
+	Name  string
+	Accel Accel
+	CPUs  int
+	// MemoryMiB is the guest's RAM.
+	MemoryMiB int
+	// Kernel, Initrd and Cmdline are the direct kernel boot.
+	Kernel  string
+	Initrd  string
+	Cmdline string
+	Disk    Disk
+	Net     *Net
+	// RunDir holds the sockets and the pidfile (see the *File names).
+	RunDir string
+	// ConsoleLog receives everything the serial console prints.
+	ConsoleLog string
+	// VsockCID, when not 0, gives the guest a vhost-vsock device with this
+	// CID for the agent; 0 uses the virtio-serial port AgentPortName on
+	// the unix socket AgentSocketFile.
+	VsockCID uint32
+	// Paused starts QEMU with its CPUs stopped (-S): the caller moves it
+	// into its cgroup and lets it run with Monitor.Cont.
+	Paused bool
+}
+
+// QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
+// its run directory.
+func (c Config) QMPSocket() string     { return filepath.Join(c.RunDir, QMPSocketFile) }
+func (c Config) ConsoleSocket() string { return filepath.Join(c.RunDir, ConsoleSocketFile) }
+func (c Config) AgentSocket() string   { return filepath.Join(c.RunDir, AgentSocketFile) }
+func (c Config) PidPath() string       { return filepath.Join(c.RunDir, PidFile) }
+
+// ErrConfig is a Config QEMU cannot run.
+var ErrConfig = errors.New("invalid vm configuration")
+
+func (c Config) validate() error {
+	var bad []string
+	if c.Name == "" || strings.ContainsAny(c.Name, ",= \x00") {
+		bad = append(bad, fmt.Sprintf("name %q", c.Name))
+	}
+	if c.Accel != AccelKVM && c.Accel != AccelTCG {
+		bad = append(bad, fmt.Sprintf("accelerator %q", c.Accel))
+	}
+	if c.CPUs < 1 {
+		bad = append(bad, fmt.Sprintf("%d cpus", c.CPUs))
+	}
+	if c.MemoryMiB < 64 {
+		bad = append(bad, fmt.Sprintf("%d MiB of memory (64 at least)", c.MemoryMiB))
+	}
+	if c.Kernel == "" || c.Disk.Path == "" || c.RunDir == "" {
+		bad = append(bad, "kernel, disk and run directory are needed")
+	}
+	switch c.Disk.AIO {
+	case "io_uring", "threads":
+	case "native":
+		if !c.Disk.Direct {
+			bad = append(bad, "aio=native needs direct I/O")
+		}
+	default:
+		bad = append(bad, fmt.Sprintf("disk aio %q", c.Disk.AIO))
+	}
+	for _, p := range []string{c.Kernel, c.Initrd, c.Disk.Path, c.RunDir, c.ConsoleLog} {
+		// QEMU's option syntax splits on commas.
+		if strings.Contains(p, ",") {
+			bad = append(bad, fmt.Sprintf("path %q contains a comma", p))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// Args returns QEMU's command line (without the binary): no default
+// devices, no display; the q35 machine (KVM: -cpu host; TCG: qemu64 and a
+// bounded translation cache); direct kernel boot; the root disk on
+// virtio-blk; virtio-net on the tap; the serial console on a unix socket
+// (and logged); the agent channel; QMP on a unix socket; a pidfile, and
+// -daemonize: QEMU detaches (own session) once it is ready, and its
+// parent's exit status says whether it started.
+func (c Config) Args() ([]string, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	a := []string{
+		"-name", "guest=" + c.Name + ",debug-threads=on",
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-machine", "q35",
+	}
+	if c.Accel == AccelKVM {
+		a = append(a, "-accel", "kvm", "-cpu", "host")
+	} else {
+		a = append(a, "-accel", "tcg,tb-size="+strconv.Itoa(TCGCacheMiB), "-cpu", "qemu64")
+	}
+	a = append(a,
+		"-smp", strconv.Itoa(c.CPUs),
+		"-m", strconv.Itoa(c.MemoryMiB),
+		// A guest that panics or reboots ends QEMU: the daemon sees the
+		// exit (as for a container's init).
+		"-no-reboot",
+		"-kernel", c.Kernel,
+	)
+	if c.Initrd != "" {
+		a = append(a, "-initrd", c.Initrd)
+	}
+	if c.Cmdline != "" {
+		a = append(a, "-append", c.Cmdline)
+	}
+	drive := "file=" + c.Disk.Path + ",if=none,id=root,format=raw,discard=unmap,aio=" + c.Disk.AIO
+	if c.Disk.Direct {
+		drive += ",cache.direct=on"
+	}
+	a = append(a, "-drive", drive, "-device", "virtio-blk-pci,drive=root,id=root-disk")
+	if c.Net != nil {
+		a = append(a,
+			"-netdev", "tap,id=net0,ifname="+c.Net.Tap+",script=no,downscript=no,vhost=off",
+			"-device", "virtio-net-pci,netdev=net0,mac="+c.Net.MAC)
+	}
+	console := "socket,id=console,path=" + c.ConsoleSocket() + ",server=on,wait=off"
+	if c.ConsoleLog != "" {
+		console += ",logfile=" + c.ConsoleLog + ",logappend=on"
+	}
+	a = append(a, "-chardev", console, "-serial", "chardev:console")
+	if c.VsockCID != 0 {
+		a = append(a, "-device", "vhost-vsock-pci,guest-cid="+strconv.FormatUint(uint64(c.VsockCID), 10))
+	} else {
+		a = append(a,
+			"-chardev", "socket,id=agent,path="+c.AgentSocket()+",server=on,wait=off",
+			"-device", "virtio-serial-pci,id=vser0",
+			"-device", "virtserialport,chardev=agent,name="+AgentPortName)
+	}
+	a = append(a,
+		"-device", "virtio-rng-pci",
+		"-qmp", "unix:"+c.QMPSocket()+",server=on,wait=off",
+		"-pidfile", c.PidPath(),
+		"-daemonize",
+	)
+	if c.Paused {
+		a = append(a, "-S")
+	}
+	return a, nil
+}
