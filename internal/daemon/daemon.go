@@ -56,6 +56,7 @@ type Daemon struct {
 	net      instanceNetwork
 	rt       instanceRuntime
 	vms      vmRunner // QEMU for VM instances (vm_instance.go)
+	agents   vmAgents // the running VMs' agent sessions (vm_agent.go)
 	// cgroupsFor opens a cgroup (cgroups.New); peerAPIFor connects to a
 	// peer host (client.NewHTTPS): seams for the unit tests' fakes.
 	cgroupsFor cgroupsFunc

@@ -38,7 +38,7 @@ func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	return d.rt.Exec(ctx, name, runtime.ExecOptions{
+	opts := runtime.ExecOptions{
 		Args:   req.Command,
 		Env:    env,
 		Cwd:    cwd,
@@ -49,7 +49,11 @@ func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 		Stdout: stdio.Stdout,
 		Stderr: stdio.Stderr,
 		Resize: winSizes(ctx, stdio.Resize),
-	})
+	}
+	if isVM(inst) {
+		return d.agents.Exec(ctx, name, d.vmAgentSocket(name), opts)
+	}
+	return d.rt.Exec(ctx, name, opts)
 }
 
 // winSizes forwards an exec's terminal size changes as runtime's type

@@ -16,13 +16,20 @@ import (
 // PushFile writes a file into an instance, atomically, owned and moded as
 // the instance sees it. A container's is written into its root filesystem
 // volume (running or not; an unprivileged container's volume holds its
-// own ids, its idmapped mount shifts them), its links resolved inside it.
+// own ids, its idmapped mount shifts them), its links resolved inside it;
+// a VM's (running) through its agent.
 func (d *Daemon) PushFile(ctx context.Context, name, path string, r io.Reader, o api.FilePush) error {
 	inst, err := d.instance(name)
 	if err != nil {
 		return err
 	}
 	fo := agent.FileOptions{Mode: o.Mode, UID: o.UID, GID: o.GID}
+	if isVM(inst) {
+		if err := actExec.allowed(inst, false); err != nil {
+			return err
+		}
+		return d.agents.PushFile(ctx, name, d.vmAgentSocket(name), path, r, fo)
+	}
 	root := d.storage.Path(containerVolume(inst.name))
 	if err := agent.WriteFile(root, path, r, fo); err != nil {
 		if badPath(err) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/agent"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/runtime"
 )
 
@@ -123,6 +124,12 @@ func (a *vmAgents) PushFile(ctx context.Context, name, socket, path string, r io
 		return fmt.Errorf("push %s into VM %s: %w", path, name, err)
 	}
 	return nil
+}
+
+// vmAgentSocket is the VM's agent channel: the unix socket of QEMU's
+// virtio-serial chardev in its run directory.
+func (d *Daemon) vmAgentSocket(name string) string {
+	return qemu.Config{RunDir: d.cfg.vmRunDir(name)}.AgentSocket()
 }
 
 // agentSizes forwards runtime's terminal sizes as the agent's.

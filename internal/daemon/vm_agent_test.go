@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/agent"
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/runtime"
+	"github.com/vesselhost/vessel/internal/state"
 )
 
 // chardevAgent serves an agent on a unix socket one connection at a time,
@@ -84,5 +87,61 @@ func TestVMAgentsExecAndPush(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections after the drop", n)
+	}
+}
+
+// TestVMExecAndPushGoThroughTheAgent: a running VM's exec and file push
+// reach the agent on the VM's chardev socket; its stop ends the session.
+func TestVMExecAndPushGoThroughTheAgent(t *testing.T) {
+	td := newTestDaemon(t)
+	td.addInstance(t, "vm1", state.StateStopped, vmRecord)
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStart}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", td.vmAgentSocket("vm1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = (&agent.Server{}).ServeConn(c)
+		}
+	}()
+	defer func() {
+		_ = l.Close()
+		<-served
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := td.Exec(ctx, "vm1", api.ExecPost{Command: []string{"sh", "-c", "echo $FOO; exit 3"}, Env: map[string]string{"FOO": "bar"}, Cwd: "/"},
+		api.ExecIO{Stdout: &out})
+	if err != nil || code != 3 || out.String() != "bar\n" {
+		t.Fatalf("exec in the VM: %d %v %q", code, err, out.String())
+	}
+	dst := filepath.Join(t.TempDir(), "f")
+	if err := td.PushFile(ctx, "vm1", dst, strings.NewReader("pushed"), api.FilePush{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(dst); err != nil || string(b) != "pushed" {
+		t.Fatalf("pushed %q %v", b, err)
+	}
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStop}); err != nil {
+		t.Fatal(err)
+	}
+	td.agents.mu.Lock()
+	left := len(td.agents.vms)
+	td.agents.mu.Unlock()
+	if left != 0 {
+		t.Fatal("the stopped VM's agent session is still held")
+	}
+	if _, err := td.Exec(ctx, "vm1", api.ExecPost{Command: []string{"true"}}, api.ExecIO{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("exec in a stopped VM: %v", err)
 	}
 }

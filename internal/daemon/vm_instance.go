@@ -277,6 +277,7 @@ func (d *Daemon) askVMStop(ctx context.Context, name string) error {
 
 // releaseVMRun removes a stopped VM's run directory.
 func (d *Daemon) releaseVMRun(name string) error {
+	d.agents.drop(name)
 	return os.RemoveAll(d.cfg.vmRunDir(name))
 }
 
