@@ -13,35 +13,11 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
-	"github.com/vesselhost/vessel/internal/testhost"
 )
 
 // vmBoot bounds a VM's boot or shutdown under TCG (seconds here; a loaded
 // machine takes longer). Only a bound, never an assertion.
 const vmBoot = 3 * time.Minute
-
-// buildVMInit builds the tests' stand-in for the guest agent's init
-// (testdata/vminit) as a static binary.
-func buildVMInit(t *testing.T) string {
-	t.Helper()
-	root, err := testhost.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "vminit")
-	cmd := exec.Command("go", "build", "-o", out, "./test/integration/testdata/vminit")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build vminit: %v\n%s", err, b)
-	}
-	return out
-}
-
-// newVMHost is a host whose VMs boot the stand-in init.
-func newVMHost(t *testing.T) *host {
-	return &host{Host: testhost.New(t, binDir, testhost.Options{ExtraArgs: []string{"--vm-agent", buildVMInit(t)}}), t: t}
-}
 
 // console returns a VM's console log.
 func (h *host) console(name string) string { return h.OK("console", name) }
@@ -86,7 +62,7 @@ func (h *host) qmpStatus(name string) qemu.Status {
 // ACPI power button (the guest's init shuts down: rcK prints), starts and
 // restarts, and a delete leaves no QEMU, tap or run directory.
 func TestVMLifecycle(t *testing.T) {
-	h := newVMHost(t)
+	h := newHost(t) // its VMs boot vessel-agent, built beside vesseld
 	h.OK("launch", "busybox", "vm1", "--vm", "-c", "limits.cpu=1", "-c", "limits.memory=256MiB")
 	i := h.instances()["vm1"]
 	if i.Type != api.InstanceVM || i.Status != api.StatusRunning || i.PID == 0 || i.IPv4 == "" {
@@ -114,7 +90,7 @@ func TestVMLifecycle(t *testing.T) {
 	if got := h.instances()["vm1"]; got.Status != api.StatusStopped {
 		t.Fatalf("after stop: %+v", got)
 	}
-	if c := h.console("vm1"); !strings.Contains(c, "vminit: power button") || !strings.Contains(c, "vessel: vm1 shutting down") {
+	if c := h.console("vm1"); !strings.Contains(c, "vessel-agent: power button") || !strings.Contains(c, "vessel: vm1 shutting down") {
 		t.Errorf("the guest did not shut down by ACPI; console:\n%s", c)
 	}
 	if alive(i.PID) {
