@@ -233,6 +233,12 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	// but still under the lock: a move back at once makes passes of the
 	// same names.
 	m.closeDisk()
+	if m.lazy != nil && m.hello.Memory == api.MemoryPrecopy {
+		// Pre-copy's memory is copied in from this host's images; until
+		// it all is, the container is not checkpointed again (pages
+		// not yet in would be missed): the lock is held until then.
+		m.loadMemory()
+	}
 	release()
 	return m.finish(ctx)
 }
@@ -425,20 +431,23 @@ func (m *migrationTarget) lazyRestore() bool {
 	return m.hello.Memory == api.MemoryLazy || m.hello.Memory == api.MemoryPrecopy
 }
 
+// loadMemory waits until pre-copy's lazy-pages daemon has copied every
+// page in from the images on this host (it needs nothing of the source).
+func (m *migrationTarget) loadMemory() {
+	t0 := time.Now()
+	m.op.SetMetadata(map[string]any{"phase": "memory load"})
+	<-m.lazy.Done()
+	if err := m.lazy.Err(); err != nil {
+		m.d.log.Error("MEMORY LOAD FAILED: the restored container may miss memory pages", "name", m.name, "err", err)
+		return
+	}
+	m.d.log.Debug("migration target: memory loaded", "name", m.name, "took", time.Since(t0))
+}
+
 // finish waits for the post-copy to end (lazy) and for the source to
-// commit; the container stays here whatever happens now. Pre-copy's
-// local lazy-pages needs nothing of the source: the commit is taken
-// first, then the images stay until it has copied in every page.
+// commit; the container stays here whatever happens now.
 func (m *migrationTarget) finish(ctx context.Context) error {
 	d := m.d
-	if m.lazy != nil && m.hello.Memory == api.MemoryPrecopy {
-		defer func() {
-			<-m.lazy.Done()
-			if err := m.lazy.Err(); err != nil {
-				d.log.Error("MEMORY LOAD FAILED: the restored container may miss memory pages", "name", m.name, "err", err)
-			}
-		}()
-	}
 	if m.lazy != nil && m.hello.Memory == api.MemoryLazy {
 		m.op.SetMetadata(map[string]any{"phase": "post-copy"})
 		<-m.lazy.Done()
