@@ -34,14 +34,18 @@ const (
 // (0-based) wrote n bytes, the pass before prev (-1: none): the pass is
 // small, the pass limit is reached, or the passes stopped shrinking (a
 // pass over 3/4 of the one before: the dirty set has converged on what
-// the container writes in one pass, and another pass gains little).
+// the container writes in one pass, and another pass gains little). Pass
+// 2 is not compared with pass 1: each pass starts once the one before
+// last has reached the target, so pass 2 holds what the container wrote
+// while all of its memory (pass 0) crossed the link, pass 1 only what it
+// wrote during pass 0's dump; from pass 3 on the intervals are alike.
 func memoryPassesDone(i int, n, prev int64) bool {
 	switch {
 	case n < precopyMemDoneBytes:
 		return true
 	case i+1 >= precopyMemMaxPasses:
 		return true
-	case prev >= 0 && n > prev*3/4:
+	case i >= 3 && prev >= 0 && n > prev*3/4:
 		return true
 	}
 	return false
