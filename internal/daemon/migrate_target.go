@@ -233,14 +233,26 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	// but still under the lock: a move back at once makes passes of the
 	// same names.
 	m.closeDisk()
+	var loaded chan struct{}
 	if m.lazy != nil && m.hello.Memory == api.MemoryPrecopy {
 		// Pre-copy's memory is copied in from this host's images; until
 		// it all is, the container is not checkpointed again (pages
-		// not yet in would be missed): the lock is held until then.
-		m.loadMemory()
+		// not yet in would be missed: newCheckpoint waits), and the
+		// images stay.
+		loaded = make(chan struct{})
+		d.memLoads.Store(name, loaded)
+		go func() {
+			m.loadMemory()
+			d.memLoads.CompareAndDelete(name, loaded)
+			close(loaded)
+		}()
 	}
 	release()
-	return m.finish(ctx)
+	err = m.finish(ctx)
+	if loaded != nil {
+		<-loaded
+	}
+	return err
 }
 
 // prepareDirs makes the directories the checkpoint images and CRIU's work
