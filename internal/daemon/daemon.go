@@ -58,13 +58,14 @@ type Daemon struct {
 	// peer host (client.NewHTTPS): seams for the unit tests' fakes.
 	cgroupsFor cgroupsFunc
 	peerAPIFor peerFunc
+	images     *image.Store
+	ops        *operations.Registry
+	cgParent   cgroups.Manager
+	host       api.HostInfo
+
 	// memLoads: instance name -> a channel closed once a pre-copy move's
 	// memory is all copied in (migrate_target.go); a checkpoint waits.
 	memLoads sync.Map
-	images   *image.Store
-	ops      *operations.Registry
-	cgParent cgroups.Manager
-	host     api.HostInfo
 
 	// identity is this host's certificate (served over HTTPS, presented to
 	// peers); fingerprint is its SHA-256.
