@@ -53,26 +53,29 @@ func memoryMode(anon uint64, known, userfaultfd, wpAsync bool) string {
 	return api.MemoryLazy
 }
 
-// What post-copy adds to the freeze, for precopyVerdict (bench/migrate
-// on a 2-core VM: the lazy-pages daemon's start and connection ~20 ms; the
-// dump's pagemap walk of every page, ~55 ms per GiB).
+// The two modes' freezes apart from pre-copy's last dirty pages, from
+// bench/migrate on a 2-core VM (same runs, medians): idle, pre-copy 108 ms
+// and post-copy 129 ms (post-copy's lazy-pages daemon connects to the
+// source's page server in the frozen window); 2 GiB rewritten at 64
+// MiB/s, 195 and 169 ms (pre-copy's final dump walks every page against
+// its parent images, and the target restores a chain of them).
 const (
-	lazyFreezeSeconds       = 0.020
-	lazyFreezeSecondsPerGiB = 0.055
+	lazyFreezeSeconds          = 0.021 // post-copy's, beyond pre-copy's
+	precopyFreezeSecondsPerGiB = 0.023 // pre-copy's, beyond post-copy's
 )
 
 // precopyVerdict decides --memory=auto's trial of pre-copy from its first
 // two memory passes: whether pre-copy's freeze would be shorter than
 // post-copy's. From the passes: the container's dirty rate w (what the
-// second pass found over the first's time), the rate r a pass moves
-// pages at (CRIU's pre-dump rate and the link's, one after the other:
-// the freeze waits for the last pass to reach the target), and a pass's
-// fixed cost a. A pass of D bytes lasts a + D/r, while the container
-// dirties w per second: the passes converge (w < r/2 required) on D* =
-// w·a / (1 - w/r), which the frozen dump copies at the slower of CRIU and
-// the link. Post-copy's freeze grows with the memory's size instead
-// (lazyFreezeSeconds...). With one pass only (it was small), pre-copy has
-// converged.
+// second pass found over the first's time), the rate r a pass moves pages
+// at (CRIU's pre-dump rate and the link's, one after the other), and a
+// pass's fixed cost a. A pass of D bytes lasts a + D/r while the
+// container dirties w per second: the passes converge (w < r/2 required)
+// on D* = w·a / (1 - w/r), which the frozen dump copies at the slower of
+// CRIU and the link. Pre-copy's freeze also grows with the memory's size
+// (precopyFreezeSecondsPerGiB) where post-copy's has a fixed part more
+// (lazyFreezeSeconds). With one pass only (it was small), pre-copy has
+// converged and costs no more than that.
 func precopyVerdict(p []api.MemoryPass) (bool, string) {
 	if len(p) < 2 || p[0].Bytes <= 0 || p[0].Seconds <= 0 {
 		return true, "pre-copy: converged in its first pass"
@@ -87,16 +90,15 @@ func precopyVerdict(p []api.MemoryPass) (bool, string) {
 	r := 1 / (1/crit + 1/link)
 	w := float64(p1.Bytes) / p0.Seconds
 	a := max(0, p1.Seconds-float64(p1.Bytes)/crit)
-	lazy := lazyFreezeSeconds + lazyFreezeSecondsPerGiB*float64(p0.Bytes)/(1<<30)
 	if w >= r/2 {
 		return false, fmt.Sprintf("post-copy: dirty rate %.0f MiB/s against passes at %.0f MiB/s, pre-copy would not converge",
 			w/mib, r/mib)
 	}
 	final := w * a / (1 - w/r)
-	frozen := final / min(crit, link)
-	why := fmt.Sprintf("dirty rate %.0f MiB/s, passes at %.0f MiB/s, link %.0f MiB/s: pre-copy's last %.1f MiB frozen ~%.0f ms against post-copy's ~%.0f ms",
-		w/mib, r/mib, link/mib, final/mib, frozen*1000, lazy*1000)
-	if frozen > lazy {
+	extra := final/min(crit, link) + precopyFreezeSecondsPerGiB*float64(p0.Bytes)/(1<<30)
+	why := fmt.Sprintf("dirty rate %.0f MiB/s, passes at %.0f MiB/s, link %.0f MiB/s: pre-copy's last %.1f MiB and %.0f MiB of memory freeze ~%.0f ms more, post-copy's page server ~%.0f ms",
+		w/mib, r/mib, link/mib, final/mib, float64(p0.Bytes)/mib, extra*1000, lazyFreezeSeconds*1000)
+	if extra > lazyFreezeSeconds {
 		return false, "post-copy: " + why
 	}
 	return true, "pre-copy: " + why
