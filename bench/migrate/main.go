@@ -2,8 +2,9 @@
 // machine (testhost.Cluster): for containers of several memory sizes, with
 // memory being rewritten all the time, it moves each back and forth
 // several times in every mode — cold (stop, move, start), live with
-// --memory=copy (the in-run baseline: all memory copied while frozen) and
-// live post-copy (lazy) — and records vessel's own per-phase report, the
+// --memory=copy (the in-run baseline: all memory copied while frozen),
+// live post-copy (lazy) and live pre-copy (precopy: memory passes while it
+// runs) — and records vessel's own per-phase report, the
 // largest pause seen by a heartbeat inside the container, and the largest
 // gap between the answers a client on the hosts' segment (another network
 // namespace, testhost.Cluster's client) gets from a UDP echo server in the
@@ -14,6 +15,7 @@
 // medians and p90.
 //
 //	go run ./bench/migrate -n 20 -sizes 0 -modes copy,lazy
+//	go run ./bench/migrate -n 10 -sizes 0,2048 -modes copy,lazy,precopy
 package main
 
 import (
@@ -54,8 +56,12 @@ type Case struct {
 	// PullMBps is the post-copy page pull rate of each move: the bytes the
 	// target pulled after the resume over the post-copy time, in MB/s
 	// (10^6 bytes).
-	PullMBps      benchutil.Stats       `json:"postcopy_pull_mb_per_s,omitzero"`
-	PrecopyPasses benchutil.Stats       `json:"precopy_iterations"`
+	PullMBps      benchutil.Stats `json:"postcopy_pull_mb_per_s,omitzero"`
+	PrecopyPasses benchutil.Stats `json:"precopy_iterations"`
+	// MemoryPasses is the number of memory passes of each pre-copy move
+	// (--memory=precopy), MemoryPassMiB the MiB of each pass, per move.
+	MemoryPasses  benchutil.Stats       `json:"memory_passes,omitzero"`
+	MemoryPassMiB [][]float64           `json:"memory_pass_mib,omitempty"`
 	DumpMiB       benchutil.Stats       `json:"copy_dump_mib"`
 	Timings       []api.MigrationTiming `json:"timings"`
 }
@@ -160,6 +166,9 @@ func main() {
 			same := a.SizeMiB == b.SizeMiB
 			if same && a.Security == b.Security && a.Mode == api.MemoryLazy && b.Mode == api.MemoryCopy {
 				res.Ratios[fmt.Sprintf("lazy_vs_copy_frozen_%dmib_%s", a.SizeMiB, a.Security)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
+			}
+			if same && a.Security == b.Security && a.Mode == api.MemoryPrecopy && (b.Mode == api.MemoryCopy || b.Mode == api.MemoryLazy) {
+				res.Ratios[fmt.Sprintf("precopy_vs_%s_frozen_%dmib_%s", b.Mode, a.SizeMiB, a.Security)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
 			}
 			if same && a.Mode == b.Mode && a.Security == "unprivileged" && b.Security == "privileged" {
 				res.Ratios[fmt.Sprintf("unprivileged_vs_privileged_frozen_%s_%dmib", a.Mode, a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
@@ -316,6 +325,7 @@ type subject struct {
 	client                                                          *client
 	cs                                                              Case
 	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
+	memPasses                                                       []float64
 }
 
 // launchSubject launches the container of one kind (security) and size.
@@ -376,15 +386,33 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, ech
 		sj.pull = append(sj.pull, float64(t.PostcopyBytes)/t.Postcopy/1e6)
 	}
 	sj.passes = append(sj.passes, float64(t.PrecopyIterations))
+	if len(t.MemoryPasses) > 0 {
+		sj.memPasses = append(sj.memPasses, float64(len(t.MemoryPasses)))
+		var mib []float64
+		for _, p := range t.MemoryPasses {
+			mib = append(mib, float64(p.Bytes)/(1<<20))
+		}
+		sj.cs.MemoryPassMiB = append(sj.cs.MemoryPassMiB, mib)
+	}
 	sj.dump = append(sj.dump, float64(t.DumpBytes)/(1<<20))
 }
 
 // pullNote describes the last move's post-copy pull, for the progress line.
 func (sj *subject) pullNote(mode string) string {
-	if mode != api.MemoryLazy || len(sj.pull) == 0 {
+	if len(sj.cs.Timings) == 0 {
 		return ""
 	}
 	t := sj.cs.Timings[len(sj.cs.Timings)-1]
+	if len(t.MemoryPasses) > 0 {
+		var mib []string
+		for _, p := range t.MemoryPasses {
+			mib = append(mib, fmt.Sprintf("%.0f", float64(p.Bytes)/(1<<20)))
+		}
+		return fmt.Sprintf(", %s, memory passes %s MiB, final dump %.1f MiB", t.Mode, strings.Join(mib, "+"), float64(t.DumpBytes)/(1<<20))
+	}
+	if mode != api.MemoryLazy || len(sj.pull) == 0 {
+		return ""
+	}
 	return fmt.Sprintf(", post-copy %.0f ms %.0f MiB (%.0f MB/s)", t.Postcopy*1000, float64(t.PostcopyBytes)/(1<<20), sj.pull[len(sj.pull)-1])
 }
 
@@ -395,6 +423,9 @@ func (sj *subject) summary(mode string, n int) Case {
 	cs.FrozenMs, cs.TotalMs = benchutil.Summarise(sj.frozen), benchutil.Summarise(sj.total)
 	cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sj.sd), benchutil.Summarise(sj.ur)
 	cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(sj.passes), benchutil.Summarise(sj.dump)
+	if len(sj.memPasses) > 0 {
+		cs.MemoryPasses = benchutil.Summarise(sj.memPasses)
+	}
 	if mode == api.MemoryLazy {
 		cs.PostcopyMs = benchutil.Summarise(sj.post)
 		cs.PullMBps = benchutil.Summarise(sj.pull)

@@ -24,9 +24,14 @@ stopped, moved and started again. With --live it keeps running: its disk is
 copied while it runs, then it is frozen for a moment to checkpoint it and
 copy the last changes, and resumes on the target; with --memory=lazy memory
 follows after the resume (post-copy), with --memory=copy it is copied while
-frozen. --memory=auto (the default) copies the memory of a container using
-less than 6 MiB (less frozen time than setting up post-copy) and moves
-anything bigger post-copy; --timing shows the mode used.
+frozen, with --memory=precopy it is copied in passes while the container
+runs (each pass the pages written since the last) until the passes stop
+shrinking, and only the last pass's writes are copied while frozen.
+--memory=auto (the default) copies the memory of a container using less
+than 6 MiB (less frozen time than setting up post-copy); anything bigger
+starts pre-copy, whose first passes measure the container's dirty rate and
+the link: where post-copy would freeze it for less, the passes are dropped
+and it moves post-copy. --timing shows the passes and the mode used.
 
 The source host must have the target as a peer ('vessel peer add').`,
 		Example: `  vessel move alpha:web1 beta: --live --timing
@@ -44,7 +49,7 @@ The source host must have the target as a peer ('vessel peer add').`,
 		},
 	}
 	cmd.Flags().BoolVar(&live, "live", false, "keep the container running through the move")
-	cmd.Flags().StringVar(&memory, "memory", api.MemoryAuto, "live memory transfer: lazy (post-copy), copy (all while frozen) or auto (copy below 6 MiB of memory, else lazy)")
+	cmd.Flags().StringVar(&memory, "memory", api.MemoryAuto, "live memory transfer: lazy (post-copy), copy (all while frozen), precopy (passes while it runs) or auto (copy below 6 MiB of memory, else precopy where it beats lazy)")
 	cmd.Flags().BoolVar(&instanceOnly, "instance-only", false, "leave the snapshots behind (they are deleted with the source)")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print the per-phase timing table (like vzmigrate -t)")
 	cmd.Flags().StringVarP(&format, "format", "f", formatTable, "timing output: table or json")
@@ -110,6 +115,13 @@ func timingTable(t api.MigrationTiming) string {
 	}
 	fmt.Fprintf(&b, "Timing (%s):\n", t.Mode)
 	row(fmt.Sprintf("precopy (%d iterations)", t.PrecopyIterations), t.Precopy, t.PrecopyBytes)
+	for i, p := range t.MemoryPasses {
+		row(fmt.Sprintf("  memory pass %d", i), p.Seconds, p.Bytes)
+		fmt.Fprintf(&b, "%-26s %8.3f s  %10d pages\n", "    sent to the target:", p.SendSeconds, p.Pages)
+	}
+	if t.AutoChoice != "" {
+		fmt.Fprintf(&b, "auto: %s\n", t.AutoChoice)
+	}
 	row("suspend+dump", t.SuspendDump, 0)
 	row("copy after suspend", t.CopyAfterSuspend, t.AfterSuspendBytes)
 	row("copy dump", t.CopyDump, t.DumpBytes)

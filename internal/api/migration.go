@@ -7,6 +7,11 @@ const (
 	// MemoryCopy dumps all memory while frozen (for kernels without
 	// userfaultfd, and the in-run baseline).
 	MemoryCopy = "copy"
+	// MemoryPrecopy copies memory in passes while the container runs
+	// (each pass the pages written since the one before), then only the
+	// last pass's writes while frozen: nothing depends on the source
+	// once the target runs.
+	MemoryPrecopy = "precopy"
 	// MemoryAuto (the default) picks copy for a container with little
 	// memory, where copying it costs less frozen time than setting up
 	// post-copy, and lazy otherwise. The source decides before it starts.
@@ -36,4 +41,20 @@ type MigrationTiming struct {
 	AfterSuspendBytes int64   `json:"copy_after_suspend_bytes"`
 	DumpBytes         int64   `json:"copy_dump_bytes"`
 	PostcopyBytes     int64   `json:"postcopy_bytes"`
+	// MemoryPasses are a pre-copy move's memory passes, in order (the
+	// final dump's pages are DumpBytes).
+	MemoryPasses []MemoryPass `json:"memory_passes,omitempty"`
+	// AutoChoice says why --memory=auto picked its mode, where it measured.
+	AutoChoice string `json:"auto_choice,omitempty"`
+}
+
+// MemoryPass is one pre-copy memory pass: the pages CRIU wrote while the
+// container ran (all of them first, then those written since the pass
+// before), how long CRIU took, and how long they took to reach the target
+// (while the next pass ran).
+type MemoryPass struct {
+	Pages       int64   `json:"pages"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	SendSeconds float64 `json:"send_seconds"`
 }

@@ -52,6 +52,14 @@ func (d *Daemon) setupCRIUConfig() error {
 // newCheckpoint prepares a leave-running checkpoint of an instance.
 func (d *Daemon) newCheckpoint(ctx context.Context, name string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error) {
 	o.LeaveRunning = true
+	// Memory a pre-copy move is still copying in would be missed.
+	if ch, ok := d.memLoads.Load(name); ok {
+		select {
+		case <-ch.(chan struct{}):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	ck, err := d.rt.NewCheckpoint(ctx, name, o)
 	if err != nil {
 		return nil, fmt.Errorf("prepare the checkpoint of %s: %w", name, err)

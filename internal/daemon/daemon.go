@@ -66,6 +66,10 @@ type Daemon struct {
 	cgParent   cgroups.Manager
 	host       api.HostInfo
 
+	// memLoads: instance name -> a channel closed once a pre-copy move's
+	// memory is all copied in (migrate_target.go); a checkpoint waits.
+	memLoads sync.Map
+
 	// identity is this host's certificate (served over HTTPS, presented to
 	// peers); fingerprint is its SHA-256.
 	identity    tls.Certificate

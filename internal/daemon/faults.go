@@ -18,6 +18,8 @@ import (
 //	migrate.target.before-restore  the target is told to start the container
 //	migrate.target.restore         the target restores the container
 //	migrate.target.recv-pages      the first memory page file of a copy-mode dump arrives
+//	migrate.target.recv-memory-pass the second pre-copy memory pass arrives (the source runs the third)
+//	migrate.source.precopy-verdict --memory=auto's trial of pre-copy ("fail": dropped for post-copy)
 //	migrate.source.frozen          the source has checkpointed the container
 //	migrate.source.started         the source has told the target to start it
 //	migrate.target.reserved        the target has reserved the name (record and journal)
@@ -36,6 +38,8 @@ const (
 	faultBeforeRestore   = "migrate.target.before-restore"
 	faultRestore         = "migrate.target.restore"
 	faultRecvPages       = "migrate.target.recv-pages"
+	faultRecvMemoryPass  = "migrate.target.recv-memory-pass"
+	faultPrecopyVerdict  = "migrate.source.precopy-verdict"
 	faultSourceFrozen    = "migrate.source.frozen"
 	faultSourceStarted   = "migrate.source.started"
 	faultTargetReserved  = "migrate.target.reserved"

@@ -18,21 +18,22 @@ import (
 
 // Phases of a move from the source, as a failure names them.
 const (
-	movePhasePrepare     = "preparation"
-	movePhaseStop        = "stop"
-	movePhaseConnect     = "connection"
-	movePhaseSnapshots   = "snapshot transfer"
-	movePhaseDisk        = "disk transfer"
-	movePhaseStartTarget = "start on the target"
-	movePhasePrecopy     = "disk pre-copy"
-	movePhaseDumpPrepare = "checkpoint preparation"
-	movePhaseFreeze      = "freeze"
-	movePhaseMemory      = "memory copy" // a copy-mode dump: the pages stream to the target
-	movePhaseCheckpoint  = "checkpoint"  // a lazy dump: everything but the pages
-	movePhaseFinalDisk   = "final disk increment"
-	movePhaseImages      = "image transfer"
-	movePhaseRestore     = "restore on the target"
-	movePhasePostcopy    = "post-copy"
+	movePhasePrepare       = "preparation"
+	movePhaseStop          = "stop"
+	movePhaseConnect       = "connection"
+	movePhaseSnapshots     = "snapshot transfer"
+	movePhaseDisk          = "disk transfer"
+	movePhaseStartTarget   = "start on the target"
+	movePhasePrecopy       = "disk pre-copy"
+	movePhaseDumpPrepare   = "checkpoint preparation"
+	movePhaseMemoryPrecopy = "memory pre-copy"
+	movePhaseFreeze        = "freeze"
+	movePhaseMemory        = "memory copy" // a copy-mode dump: the pages stream to the target
+	movePhaseCheckpoint    = "checkpoint"  // a lazy dump: everything but the pages
+	movePhaseFinalDisk     = "final disk increment"
+	movePhaseImages        = "image transfer"
+	movePhaseRestore       = "restore on the target"
+	movePhasePostcopy      = "post-copy"
 )
 
 // moveCause is who or what ended a move.

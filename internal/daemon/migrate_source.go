@@ -41,9 +41,9 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	switch req.Memory {
 	case "":
 		req.Memory = api.MemoryAuto
-	case api.MemoryAuto, api.MemoryLazy, api.MemoryCopy:
+	case api.MemoryAuto, api.MemoryLazy, api.MemoryCopy, api.MemoryPrecopy:
 	default:
-		return nil, errorf(ErrInvalid, "unknown memory mode %q (want auto, lazy or copy)", req.Memory)
+		return nil, errorf(ErrInvalid, "unknown memory mode %q (want auto, lazy, copy or precopy)", req.Memory)
 	}
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
@@ -113,6 +113,9 @@ type migrationSource struct {
 	// and left to settleOutgoing.
 	journal   state.Migration
 	unsettled bool
+	// autoTrial: --memory=auto chose pre-copy, to be dropped for
+	// post-copy if its first passes say it would not beat it.
+	autoTrial bool
 }
 
 func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name string, act action, peer state.Peer, req api.InstanceMigratePost) (err error) {
@@ -132,6 +135,9 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 	if req.Live && req.Memory == api.MemoryAuto {
 		req.Memory = d.autoMemoryMode(name)
 		m.req = req
+		// Pre-copy is a trial: its first passes measure whether it beats
+		// post-copy (precopyVerdict).
+		m.autoTrial = req.Memory == api.MemoryPrecopy
 	}
 	m.timing.Mode = "cold"
 	if req.Live {
@@ -284,25 +290,13 @@ func (m *migrationSource) live(ctx context.Context) error {
 	if err := m.precopy(ctx); err != nil {
 		return err
 	}
-	m.timing.Precopy = migration.Seconds(time.Since(t0))
 
 	dir := d.migrationDir(m.name)
 	_ = os.RemoveAll(dir)
 	images, work := filepath.Join(dir, "images"), d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(work)
 	defer d.dropMigrationDir(m.name)
-	lazy := m.req.Memory == api.MemoryLazy
-
-	// Everything CRIU can do while the container runs is done first.
-	m.op.SetMetadata(map[string]any{"phase": "checkpoint"})
-	m.phase = movePhaseDumpPrepare
-	o := runtime.CheckpointOptions{ImagePath: images, WorkPath: work, TCPEstablished: true, Lazy: lazy}
-	if !lazy {
-		// Copy mode: the memory pages go to the target as CRIU writes them,
-		// not to this host's disk first.
-		o.Pages = &pageSink{m: m}
-	}
-	ck, err := d.newCheckpoint(ctx, m.name, o)
+	ck, err := m.prepareMemory(ctx, dir, images, work)
 	if err != nil {
 		return err
 	}
@@ -314,6 +308,8 @@ func (m *migrationSource) live(ctx context.Context) error {
 			ck.Abort()
 		}
 	}()
+	m.timing.Precopy = migration.Seconds(time.Since(t0))
+	lazy := m.req.Memory == api.MemoryLazy
 	if lazy {
 		// The page link is up before the freeze (the target's restore
 		// claims it), or the move fails with the container running.

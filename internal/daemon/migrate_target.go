@@ -121,6 +121,10 @@ type migrationTarget struct {
 	pageSlots chan struct{}
 	abortMu   sync.Mutex
 	abortErr  error
+	// memPasses counts the pre-copy memory passes received (in
+	// pre-N beside the images), memPassBytes their bytes.
+	memPasses    int
+	memPassBytes int64
 }
 
 // migrateIn receives an instance: it reserves the name and address (the
@@ -194,6 +198,10 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		diskCh: make(chan net.Conn, 4), imagesCh: make(chan net.Conn, 4), logsCh: make(chan net.Conn, 1),
 		pagesDone: map[string]error{}, pagesChanged: make(chan struct{}),
 		budget: &imageBudget{limit: d.imageLimit(hello.Instance.Config)}, pageSlots: make(chan struct{}, migrationPageStreams)}
+	if hello.Memory == api.MemoryPrecopy && m.budget.limit > 0 {
+		// The passes hold a page once per pass that found it written.
+		m.budget.limit *= 2
+	}
 	defer func() {
 		if a := m.aborted(); err != nil && a != nil && !errors.Is(err, a) {
 			err = fmt.Errorf("%w: %w", a, err)
@@ -226,8 +234,26 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	// but still under the lock: a move back at once makes passes of the
 	// same names.
 	m.closeDisk()
+	var loaded chan struct{}
+	if m.lazy != nil && m.hello.Memory == api.MemoryPrecopy {
+		// Pre-copy's memory is copied in from this host's images; until
+		// it all is, the container is not checkpointed again (pages
+		// not yet in would be missed: newCheckpoint waits), and the
+		// images stay.
+		loaded = make(chan struct{})
+		d.memLoads.Store(name, loaded)
+		go func() {
+			m.loadMemory()
+			d.memLoads.CompareAndDelete(name, loaded)
+			close(loaded)
+		}()
+	}
 	release()
-	return m.finish(ctx)
+	err = m.finish(ctx)
+	if loaded != nil {
+		<-loaded
+	}
+	return err
 }
 
 // prepareDirs makes the directories the checkpoint images and CRIU's work
@@ -262,6 +288,14 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 				return err
 			}
 			if err := m.receiveDisk(ctx, msg); err != nil {
+				return err
+			}
+		case migration.MsgMemoryPass:
+			if err := m.receiveMemoryPass(ctx, msg); err != nil {
+				return err
+			}
+		case migration.MsgMemoryMode:
+			if err := m.switchMemoryMode(msg); err != nil {
 				return err
 			}
 		case migration.MsgImages:
@@ -335,16 +369,23 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	if err := m.injectFault(faultRestore); err != nil {
 		return err
 	}
-	lazy := m.hello.Memory == api.MemoryLazy
 	var lp *runtime.LazyPages
-	if lazy {
+	if m.lazyRestore() {
 		tlp := time.Now()
-		ps, err := m.tunnelPages(ctx)
-		if err != nil {
-			return err
+		// Post-copy pulls the pages from the source's page server;
+		// pre-copy's lazy-pages reads them from the images here (the
+		// passes and the final dump).
+		var ps *os.File
+		var err error
+		if m.hello.Memory == api.MemoryLazy {
+			if ps, err = m.tunnelPages(ctx); err != nil {
+				return err
+			}
 		}
 		lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
-		ps.Close() // the daemon has it
+		if ps != nil {
+			ps.Close() // the daemon has it
+		}
 		if err != nil {
 			return err
 		}
@@ -383,7 +424,7 @@ func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter
 	d := m.d
 	rst, err := d.rt.PrepareRestore(ctx, m.name, m.prep.bundle, runtime.RestoreOptions{
 		StartOptions: runtime.StartOptions{LogPath: m.prep.logPath},
-		ImagePath:    m.images, WorkPath: m.work, LazyPages: m.hello.Memory == api.MemoryLazy, TCPEstablished: true,
+		ImagePath:    m.images, WorkPath: m.work, LazyPages: m.lazyRestore(), TCPEstablished: true,
 		Hang:  d.fault(faultRestore) == "hang",
 		IDMap: runIDMap(m.inst.record()), Untrusted: true,
 	})
@@ -395,11 +436,32 @@ func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter
 	return nil
 }
 
+// lazyRestore says whether the restore leaves memory to a lazy-pages
+// daemon: post-copy's, which pulls it from the source, and pre-copy's,
+// which copies it in from the images on this host after the resume (a
+// restore that read it all first would be frozen for as long).
+func (m *migrationTarget) lazyRestore() bool {
+	return m.hello.Memory == api.MemoryLazy || m.hello.Memory == api.MemoryPrecopy
+}
+
+// loadMemory waits until pre-copy's lazy-pages daemon has copied every
+// page in from the images on this host (it needs nothing of the source).
+func (m *migrationTarget) loadMemory() {
+	t0 := time.Now()
+	m.op.SetMetadata(map[string]any{"phase": "memory load"})
+	<-m.lazy.Done()
+	if err := m.lazy.Err(); err != nil {
+		m.d.log.Error("MEMORY LOAD FAILED: the restored container may miss memory pages", "name", m.name, "err", err)
+		return
+	}
+	m.d.log.Debug("migration target: memory loaded", "name", m.name, "took", time.Since(t0))
+}
+
 // finish waits for the post-copy to end (lazy) and for the source to
 // commit; the container stays here whatever happens now.
 func (m *migrationTarget) finish(ctx context.Context) error {
 	d := m.d
-	if m.lazy != nil {
+	if m.lazy != nil && m.hello.Memory == api.MemoryLazy {
 		m.op.SetMetadata(map[string]any{"phase": "post-copy"})
 		<-m.lazy.Done()
 		if err := m.lazy.Err(); err != nil {

@@ -163,6 +163,13 @@ type imageBudget struct {
 	limit int64
 }
 
+// give returns n bytes (files removed) to the budget.
+func (b *imageBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
 // take accounts for n more bytes, or fails once the limit is passed.
 func (b *imageBudget) take(n int64) error {
 	b.mu.Lock()

@@ -56,6 +56,12 @@ func (m *migrationTarget) receiveImages(ctx context.Context, pages []string) err
 		return fmt.Errorf("receive checkpoint images: %w", err)
 	}
 	t1 := time.Now()
+	if m.memPasses > 0 {
+		// The final dump's parent is the last memory pass.
+		if err := linkParent(m.images, m.memPasses-1); err != nil {
+			return err
+		}
+	}
 	if err := m.waitPages(ctx, pages); err != nil {
 		return fmt.Errorf("receive memory pages: %w", err)
 	}

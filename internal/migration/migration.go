@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 4
+const Version = 5
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -86,7 +86,8 @@ type Hello struct {
 	Instance Instance `json:"instance"`
 	// Live keeps the container running through the move.
 	Live bool `json:"live"`
-	// Memory is api.MemoryLazy or api.MemoryCopy (live only).
+	// Memory is api.MemoryLazy, api.MemoryCopy or api.MemoryPrecopy
+	// (live only).
 	Memory string `json:"memory,omitempty"`
 	// Start the container on the target after a cold move.
 	Start bool `json:"start"`
@@ -118,6 +119,9 @@ type Message struct {
 	Address netip.Addr `json:"address,omitzero"`
 	// Restore timing from the target (Type "resumed"), in seconds.
 	RestoreSeconds float64 `json:"restore_seconds,omitempty"`
+	// Memory is the memory mode the source switched to (Type
+	// "memory-mode": --memory=auto dropped its pre-copy passes).
+	Memory string `json:"memory,omitempty"`
 	// Pages lists the page files streamed during the dump (Type "images"):
 	// the target has them all before it acknowledges.
 	Pages []string `json:"pages,omitempty"`
@@ -144,6 +148,9 @@ const (
 	MsgAccepted   = "accepted"    // target: Hello is acceptable, name and address reserved
 	MsgDisk       = "disk"        // source: a disk stream follows on a new stream
 	MsgDiskSynced = "disk-synced" // target: that stream is received and on disk
+	MsgMemoryPass = "memory-pass" // source: a pre-copy memory pass (Iteration) follows on an images stream
+	MsgMemoryOK   = "memory-ok"   // target: that pass is stored (or the mode switched)
+	MsgMemoryMode = "memory-mode" // source: drop the passes, restore in mode Memory (lazy)
 	MsgImages     = "images"      // source: checkpoint images follow on a new stream
 	MsgImagesDone = "images-done" // target: images received
 	MsgSnapshot   = "snapshot"    // source: a snapshot (record, disk, checkpoint) follows

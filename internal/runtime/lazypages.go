@@ -23,7 +23,9 @@ type LazyPagesOptions struct {
 	// PageServer is this end of a socket pair (SocketPair) whose other
 	// end reaches the source's page server; the daemon inherits it and
 	// the caller closes its copy once StartLazyPages returns. No port,
-	// no path: nobody else can reach the page stream.
+	// no path: nobody else can reach the page stream. Without it the
+	// daemon reads the pages from the images (ImagePath and its parent
+	// chain: a pre-copy move's passes, all on this host).
 	PageServer *os.File
 }
 
@@ -50,15 +52,15 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 	if err := os.MkdirAll(o.WorkPath, 0o700); err != nil {
 		return nil, err
 	}
-	if o.PageServer == nil {
-		return nil, fmt.Errorf("%w: lazy-pages without a page server socket", ErrInvalid)
-	}
 	log := filepath.Join(o.WorkPath, "lazy-pages.log")
-	cmd := exec.Command(r.cfg.Criu, "lazy-pages", "--page-server",
-		"--ps-socket", strconv.Itoa(lazyPagesSocketFd),
-		"--images-dir", o.ImagePath, "--work-dir", o.WorkPath,
-		"--log-file", log, "-v4")
-	cmd.ExtraFiles = []*os.File{o.PageServer} // lazyPagesSocketFd
+	args := []string{"lazy-pages", "--images-dir", o.ImagePath, "--work-dir", o.WorkPath, "--log-file", log, "-v4"}
+	if o.PageServer != nil {
+		args = append(args, "--page-server", "--ps-socket", strconv.Itoa(lazyPagesSocketFd))
+	}
+	cmd := exec.Command(r.cfg.Criu, args...)
+	if o.PageServer != nil {
+		cmd.ExtraFiles = []*os.File{o.PageServer} // lazyPagesSocketFd
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	// Its own process group: it must outlive a cancelled request, and the
