@@ -32,12 +32,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,7 +127,7 @@ func main() {
 
 	var res Result
 	res.Benchmark, res.Machine, res.N = "snapshot", benchutil.ThisMachine(), *n
-	res.Raw.Command = strings.Join(fioArgs("write", "POOL/fio.dat"), " ")
+	res.Raw.Command = strings.Join(benchutil.FioArgs("write", "POOL/fio.dat", fioMiB), " ")
 
 	b.diskOnly(&res, 10)
 	for _, sec := range strings.Split(*secFlag, ",") {
@@ -297,7 +295,7 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		s.arate = append(s.arate, mbps(mr.PageBytes, w))
 	}
 
-	dropCaches(b.r)
+	benchutil.DropCaches(b.r)
 	op, err = b.c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
 	if err == nil {
 		err = op.Wait(ctx, nil)
@@ -344,51 +342,12 @@ func mbps(bytes uint64, ms float64) float64 {
 	return float64(bytes) / 1e6 / (ms / 1000)
 }
 
-// fioSize is the size of the raw baseline's file.
-const fioSize = "1G"
-
-func fioArgs(rw, file string) []string {
-	return []string{"--name=raw", "--filename=" + file, "--rw=" + rw, "--bs=1M", "--iodepth=8",
-		"--ioengine=libaio", "--direct=1", "--size=" + fioSize, "--end_fsync=1", "--output-format=json"}
-}
+// fioMiB is the size of the raw baseline's file.
+const fioMiB = 1024
 
 // fio measures the pool's raw sequential write and (cold) read once.
 func (b *bench) fio() {
-	file := filepath.Join(b.h.PoolPath(), "fio.dat")
-	defer os.Remove(file)
-	for _, rw := range []string{"write", "read"} {
-		if rw == "read" {
-			dropCaches(b.r)
-		}
-		out, err := exec.Command("fio", fioArgs(rw, file)...).Output()
-		if err != nil {
-			b.r.Fatalf("fio %s: %v", rw, err)
-		}
-		var res struct {
-			Jobs []struct {
-				Read struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"read"`
-				Write struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"write"`
-			} `json:"jobs"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
-			b.r.Fatalf("fio output: %v", err)
-		}
-		if rw == "write" {
-			b.rawWrite = append(b.rawWrite, res.Jobs[0].Write.BwBytes/1e6)
-		} else {
-			b.rawRead = append(b.rawRead, res.Jobs[0].Read.BwBytes/1e6)
-		}
-	}
-}
-
-// dropCaches empties the page cache so reads come from the device.
-func dropCaches(r *testhost.Runner) {
-	exec.Command("sync").Run() //nolint:errcheck // best effort
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
-		r.Fatalf("drop caches: %v", err)
-	}
+	w, r := benchutil.RawDisk(b.r, b.h.PoolPath(), fioMiB)
+	b.rawWrite = append(b.rawWrite, w)
+	b.rawRead = append(b.rawRead, r)
 }

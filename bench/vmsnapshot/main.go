@@ -235,7 +235,7 @@ func main() {
 // size runs n rounds of every method for one guest size on one pool.
 func (b *bench) size(p pool, mib, n int) SizeResult {
 	sr := SizeResult{GuestMiB: mib, Speedup: map[string]float64{}}
-	sr.Raw.Command = strings.Join(fioArgs("write", "STATE_DIR/fio.dat", mib), " ")
+	sr.Raw.Command = strings.Join(benchutil.FioArgs("write", "STATE_DIR/fio.dat", mib), " ")
 	var rawW, rawR []float64
 	methods := []*MethodResult{}
 	byName := map[string]*MethodResult{}
@@ -333,14 +333,14 @@ func (b *bench) round(p pool, mib, rep int, sr *SizeResult, methods []*MethodRes
 		}
 		m.save = append(m.save, float64(bytes)/1e6/m.saveS[len(m.saveS)-1])
 	}
-	dropCaches(r)
+	benchutil.DropCaches(r)
 	b.faults = append(b.faults, faultFloor(r, mib))
 	for _, m := range methods {
 		path, ok := files[m.Method]
 		if !ok {
 			continue
 		}
-		dropCaches(r)
+		benchutil.DropCaches(r)
 		d, total := b.load(cfg, m, path, rep == 0, want.sum)
 		m.loadS = append(m.loadS, d.Seconds())
 		m.restoreS = append(m.restoreS, total.Seconds())
@@ -473,7 +473,7 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 	for i, ch := range chans {
 		path := filepath.Join(p.Dir, fmt.Sprintf("sweep-%d.state", ch))
 		for range n {
-			dropCaches(b.r)
+			benchutil.DropCaches(b.r)
 			faults[i] = append(faults[i], faultFloor(b.r, mib))
 			vm, err := guest.Start(b.ctx, cfg)
 			if err != nil {
@@ -514,43 +514,10 @@ func format(method string) qemu.Format {
 	panic("unknown method " + method)
 }
 
-func fioArgs(rw, file string, mib int) []string {
-	return []string{"--name=raw", "--filename=" + file, "--rw=" + rw, "--bs=1M", "--iodepth=8",
-		"--ioengine=libaio", "--direct=1", fmt.Sprintf("--size=%dM", mib), "--end_fsync=1", "--output-format=json"}
-}
-
 // fio measures the state directory's raw sequential write and cold read
 // once (MB/s).
 func (b *bench) fio(dir string, mib int) (write, read float64) {
-	file := filepath.Join(dir, "fio.dat")
-	defer os.Remove(file)
-	for _, rw := range []string{"write", "read"} {
-		if rw == "read" {
-			dropCaches(b.r)
-		}
-		out, err := exec.Command("fio", fioArgs(rw, file, mib)...).Output()
-		if err != nil {
-			b.r.Fatalf("fio %s: %v", rw, err)
-		}
-		var res struct {
-			Jobs []struct {
-				Read struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"read"`
-				Write struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"write"`
-			} `json:"jobs"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
-			b.r.Fatalf("fio output: %v", err)
-		}
-		if rw == "write" {
-			write = res.Jobs[0].Write.BwBytes / 1e6
-		} else {
-			read = res.Jobs[0].Read.BwBytes / 1e6
-		}
-	}
+	write, read = benchutil.RawDisk(b.r, dir, mib)
 	b.r.Logf("fio %d MiB: write %.0f MB/s, read %.0f MB/s", mib, write, read)
 	return write, read
 }

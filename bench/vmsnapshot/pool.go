@@ -105,11 +105,3 @@ func rootPool(r *testhost.Runner, work string) pool {
 	fs, _ := sh("findmnt", "-n", "-o", "FSTYPE", "-T", dir)
 	return pool{Name: "rootfs", FS: fs, Dir: dir}
 }
-
-// dropCaches empties the page cache so reads come from the device.
-func dropCaches(r *testhost.Runner) {
-	exec.Command("sync").Run() //nolint:errcheck // best effort
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
-		r.Fatalf("drop caches: %v", err)
-	}
-}

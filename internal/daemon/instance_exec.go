@@ -56,25 +56,26 @@ func (d *Daemon) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 	return d.rt.Exec(ctx, name, opts)
 }
 
-// winSizes forwards an exec's terminal size changes as runtime's type
-// until ctx ends or in is closed; then it closes its channel.
-func winSizes(ctx context.Context, in <-chan api.WindowSize) <-chan runtime.WinSize {
+// relayConverted forwards what in carries, converted by conv, until ctx
+// ends or in is closed; then it closes its channel. A nil in gives nil
+// (no terminal, no size changes).
+func relayConverted[A, B any](ctx context.Context, in <-chan A, conv func(A) B) <-chan B {
 	if in == nil {
 		return nil
 	}
-	out := make(chan runtime.WinSize)
+	out := make(chan B)
 	go func() {
 		defer close(out)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case s, ok := <-in:
+			case v, ok := <-in:
 				if !ok {
 					return
 				}
 				select {
-				case out <- runtime.WinSize{Width: s.Width, Height: s.Height}:
+				case out <- conv(v):
 				case <-ctx.Done():
 					return
 				}
@@ -82,4 +83,11 @@ func winSizes(ctx context.Context, in <-chan api.WindowSize) <-chan runtime.WinS
 		}
 	}()
 	return out
+}
+
+// winSizes forwards an exec's terminal size changes as runtime's type.
+func winSizes(ctx context.Context, in <-chan api.WindowSize) <-chan runtime.WinSize {
+	return relayConverted(ctx, in, func(s api.WindowSize) runtime.WinSize {
+		return runtime.WinSize{Width: s.Width, Height: s.Height}
+	})
 }

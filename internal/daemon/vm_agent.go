@@ -134,27 +134,7 @@ func (d *Daemon) vmAgentSocket(name string) string {
 
 // agentSizes forwards runtime's terminal sizes as the agent's.
 func agentSizes(ctx context.Context, in <-chan runtime.WinSize) <-chan agent.WinSize {
-	if in == nil {
-		return nil
-	}
-	out := make(chan agent.WinSize)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case s, ok := <-in:
-				if !ok {
-					return
-				}
-				select {
-				case out <- agent.WinSize{Width: s.Width, Height: s.Height}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out
+	return relayConverted(ctx, in, func(s runtime.WinSize) agent.WinSize {
+		return agent.WinSize{Width: s.Width, Height: s.Height}
+	})
 }
