@@ -231,7 +231,9 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
 		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, TransferFormat: d.storage.Info().TransferFormat,
 		Snapshots: snapshots}
-	if req.Live && req.Memory == api.MemoryLazy {
+	// A post-copy move gets a page link, and so does auto's pre-copy
+	// trial, which may fall back to post-copy after its passes.
+	if req.Live && (req.Memory == api.MemoryLazy || m.autoTrial) {
 		hello.PageToken = migration.NewPageToken()
 	}
 	if err := sess.Send(hello); err != nil {
