@@ -24,6 +24,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -89,6 +90,9 @@ type Result struct {
 		PoolDevice     string  `json:"pool_device"`
 		EqualHeavyMBps float64 `json:"equal_first_mb_per_s"`
 		EqualLightMBps float64 `json:"equal_second_mb_per_s"`
+		// BFQ's tunables on the pool's device during the runs
+		// (queue/iosched: low_latency, slice_idle_us).
+		BFQ map[string]string `json:"bfq_tunables,omitempty"`
 	} `json:"weights"`
 	Overhead struct {
 		UnlimitedReadMBps   benchutil.Stats `json:"unlimited_read_direct_mb_per_s"`
@@ -137,6 +141,7 @@ func main() {
 	parts := flag.String("parts", "limits,overhead,weights", "which measurements to run")
 	bufSize := flag.Int("buffered-size", 0, "MiB written by each host-flushed buffered write (default -size): larger runs hide the fixed cost of an exec")
 	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ made its scheduler for weights), e.g. a guest's throttled virtual disk")
+	deviceIdle := flag.Duration("storage-device-idle", 0, "vesseld --storage-device-idle: BFQ's slice_idle on the storage device (0: BFQ's own)")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
@@ -147,7 +152,7 @@ func main() {
 	case *source != "":
 		opts.ExtraArgs = []string{"--storage-source", *source}
 	case *device != "":
-		opts.ExtraArgs = []string{"--storage-device", *device}
+		opts.ExtraArgs = []string{"--storage-device", *device, "--storage-device-idle", deviceIdle.String()}
 	}
 	h := testhost.New(r, bin, opts)
 	b := &bench{r: r, h: h, size: *size, overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS, source: *source, poolDev: "loop",
@@ -320,6 +325,16 @@ func (b *bench) weights(res *Result, window time.Duration) {
 	for _, d := range b.server().Host.StorageDevices {
 		if strings.HasPrefix(d.Name, b.poolDev) {
 			w.LoopScheduler = d.Scheduler
+		}
+	}
+	if dev, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", b.poolDev)); err == nil {
+		for _, f := range []string{"low_latency", "slice_idle_us"} {
+			if v, err := os.ReadFile(filepath.Join(dev, "queue", "iosched", f)); err == nil {
+				if w.BFQ == nil {
+					w.BFQ = map[string]string{}
+				}
+				w.BFQ[f] = strings.TrimSpace(string(v))
+			}
 		}
 	}
 	b.r.Logf("weights 200:100")
