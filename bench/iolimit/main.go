@@ -21,9 +21,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -81,6 +83,7 @@ type Result struct {
 	Weights struct {
 		Weights        string  `json:"weights"`
 		WindowS        float64 `json:"window_s"`
+		FileMiB        int     `json:"file_mib"`
 		Ratio          Check   `json:"bytes_ratio"`
 		EqualRatio     float64 `json:"equal_weights_bytes_ratio"`
 		HeavyMBps      float64 `json:"heavy_mb_per_s"`
@@ -89,6 +92,9 @@ type Result struct {
 		PoolDevice     string  `json:"pool_device"`
 		EqualHeavyMBps float64 `json:"equal_first_mb_per_s"`
 		EqualLightMBps float64 `json:"equal_second_mb_per_s"`
+		// BFQ's tunables on the pool's device during the runs
+		// (queue/iosched: low_latency, slice_idle_us).
+		BFQ map[string]string `json:"bfq_tunables,omitempty"`
 	} `json:"weights"`
 	Overhead struct {
 		UnlimitedReadMBps   benchutil.Stats `json:"unlimited_read_direct_mb_per_s"`
@@ -109,6 +115,10 @@ type bench struct {
 	r    *testhost.Runner
 	h    *testhost.Host
 	size int
+	// weightsSize is the file each weighted reader reads in a loop, MiB:
+	// a larger one means fewer dd processes started per window, each a
+	// gap in the reader's requests (tens of ms under an emulated CPU).
+	weightsSize int
 	// overheadKeys are the limits.disk.* keys the overhead test sets;
 	// nonBindingIOPS is its IOPS value.
 	overheadKeys   string
@@ -137,6 +147,8 @@ func main() {
 	parts := flag.String("parts", "limits,overhead,weights", "which measurements to run")
 	bufSize := flag.Int("buffered-size", 0, "MiB written by each host-flushed buffered write (default -size): larger runs hide the fixed cost of an exec")
 	device := flag.String("storage-device", "", "pool on this btrfs block device (vesseld --storage-device: vessel's own disk, BFQ made its scheduler for weights), e.g. a guest's throttled virtual disk")
+	weightsSize := flag.Int("weights-size", 0, "MiB of the file each reader of the weights test reads in a loop (default -size)")
+	deviceIdle := flag.Duration("storage-device-idle", 0, "vesseld --storage-device-idle: BFQ's slice_idle on the storage device (0: BFQ's own)")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
@@ -147,10 +159,10 @@ func main() {
 	case *source != "":
 		opts.ExtraArgs = []string{"--storage-source", *source}
 	case *device != "":
-		opts.ExtraArgs = []string{"--storage-device", *device}
+		opts.ExtraArgs = []string{"--storage-device", *device, "--storage-device-idle", deviceIdle.String()}
 	}
 	h := testhost.New(r, bin, opts)
-	b := &bench{r: r, h: h, size: *size, overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS, source: *source, poolDev: "loop",
+	b := &bench{r: r, h: h, size: *size, weightsSize: cmp.Or(*weightsSize, *size), overheadKeys: *overheadKeys, nonBindingIOPS: *nonBindingIOPS, source: *source, poolDev: "loop",
 		syncPath: filepath.Join(h.Root(), "disks", "default.img")}
 	switch {
 	case *source != "":
@@ -310,16 +322,26 @@ func (b *bench) calibrate(name string, d time.Duration, args ...string) int {
 func (b *bench) weights(res *Result, window time.Duration) {
 	for _, n := range []string{"w1", "w2"} {
 		b.h.OK("launch", "busybox", n)
-		b.dd(n, "if=/dev/zero", "of=/big", "oflag=direct")
+		b.h.OK("exec", n, "--", "dd", "if=/dev/zero", "of=/big", "oflag=direct", "bs=1M", fmt.Sprintf("count=%d", b.weightsSize))
 	}
 	w := &res.Weights
-	w.Weights, w.WindowS = "200:100", window.Seconds()
+	w.Weights, w.WindowS, w.FileMiB = "200:100", window.Seconds(), b.weightsSize
 	b.h.OK("config", "set", "w1", "limits.disk.weight=200")
 	b.h.OK("config", "set", "w2", "limits.disk.weight=100")
 	w.PoolDevice = b.poolDev
 	for _, d := range b.server().Host.StorageDevices {
 		if strings.HasPrefix(d.Name, b.poolDev) {
 			w.LoopScheduler = d.Scheduler
+		}
+	}
+	if dev, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", b.poolDev)); err == nil {
+		for _, f := range []string{"low_latency", "slice_idle_us"} {
+			if v, err := os.ReadFile(filepath.Join(dev, "queue", "iosched", f)); err == nil {
+				if w.BFQ == nil {
+					w.BFQ = map[string]string{}
+				}
+				w.BFQ[f] = strings.TrimSpace(string(v))
+			}
 		}
 	}
 	b.r.Logf("weights 200:100")

@@ -53,6 +53,15 @@ func envUint(key string, def uint64) uint64 {
 	return def
 }
 
+// envDuration returns an environment variable's value as a duration
+// ("30ms"), or def.
+func envDuration(key string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
 // envBool returns an environment variable's value as a boolean, or def.
 func envBool(key string, def bool) bool {
 	if v, err := strconv.ParseBool(os.Getenv(key)); err == nil {
@@ -120,6 +129,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.StorageDriver, "storage-driver", env("VESSEL_STORAGE_DRIVER", cfg.StorageDriver), "storage driver: btrfs or dir")
 	f.StringVar(&cfg.StorageSource, "storage-source", env("VESSEL_STORAGE_SOURCE", ""), "existing btrfs directory to use instead of a loop-backed pool file")
 	f.StringVar(&cfg.StorageDevice, "storage-device", env("VESSEL_STORAGE_DEVICE", ""), "block device with a btrfs filesystem to mount as the pool instead of a loop-backed pool file")
+	f.DurationVar(&cfg.StorageDeviceIdle, "storage-device-idle", envDuration("VESSEL_STORAGE_DEVICE_IDLE", 0), "BFQ's slice_idle on --storage-device for disk weights on cgroup v2 (0: BFQ's own, 8ms; longer where readers' next requests come late, e.g. an emulated CPU)")
 	f.Int64Var(&storageSize, "storage-size", int64(envUint("VESSEL_STORAGE_SIZE", uint64(cfg.StorageSize>>20))), "size of a new loop-backed pool file, MiB")
 	f.Int64Var(&imageMaxSize, "image-max-size", int64(envUint("VESSEL_IMAGE_MAX_SIZE", image.DefaultMaxSize>>20)), "largest image accepted, once decompressed, MiB (an import beyond it fails with 413)")
 	f.StringVar(&cfg.Bridge, "bridge", env("VESSEL_BRIDGE", cfg.Bridge), "host bridge for containers")

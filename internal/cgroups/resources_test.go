@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs"
@@ -75,6 +76,28 @@ func TestParseScheduler(t *testing.T) {
 	active, avail := parseScheduler("none [mq-deadline] kyber bfq\n")
 	if active != "mq-deadline" || strings.Join(avail, ",") != "none,mq-deadline,kyber,bfq" {
 		t.Errorf("got %q %v", active, avail)
+	}
+}
+
+func TestSetBFQTunables(t *testing.T) {
+	dir := t.TempDir()
+	fakeFile(t, dir, "low_latency", "1")
+	fakeFile(t, dir, "slice_idle_us", "8000")
+	if err := setBFQTunables(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFake(t, dir, "low_latency") + "/" + readFake(t, dir, "slice_idle_us"); got != "0/8000" {
+		t.Errorf("slice idle 0: got %s, want 0/8000 (BFQ's own idle kept)", got)
+	}
+	if err := setBFQTunables(dir, 30*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFake(t, dir, "slice_idle_us"); got != "30000" {
+		t.Errorf("slice_idle_us = %s, want 30000", got)
+	}
+	// A device whose scheduler is not bfq has no such files.
+	if err := setBFQTunables(filepath.Join(dir, "none"), 0); err == nil {
+		t.Error("no error without BFQ's files")
 	}
 }
 

@@ -37,6 +37,11 @@ type Config struct {
 	// mounted as the pool instead of a loop-backed pool file (`vessel
 	// admin init --storage-device` formats one).
 	StorageDevice string
+	// StorageDeviceIdle is BFQ's slice_idle on StorageDevice, written with
+	// low_latency off once a disk weight is set on cgroup v2 (0: BFQ's own
+	// 8 ms). A longer idle keeps the disk for a weighted reader whose next
+	// request comes late (an emulated CPU), at some cost in throughput.
+	StorageDeviceIdle time.Duration
 	// StorageSize is the size of a new loop-backed pool file in bytes.
 	StorageSize int64
 	// ImageMaxSize bounds an image once decompressed, in bytes (0:

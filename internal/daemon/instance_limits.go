@@ -93,20 +93,27 @@ func (d *Daemon) applyLimits(ctx context.Context, name string, cfg map[string]st
 // disk weights apply there: its loop devices, which have none by default
 // (they charge their I/O to the issuing cgroup, Linux 5.14+, so BFQ on the
 // loop device sees each container), and the disk given as
-// --storage-device, which is vessel's alone. BFQ's strict_guarantees and
-// low_latency=0, which BFQ documents for strict weights, made the split
-// worse for readers in vessel's containers on the guest lane's throttled
-// disk (0.75-0.92:1 for 200:100, against 1.39-1.60 with the defaults), so
-// BFQ keeps its defaults. Other disks are the host's:
-// their scheduler is reported (host info, vessel info NAME), not changed.
+// --storage-device, which is vessel's alone. On cgroup v2 that disk also
+// gets BFQ's tunables for weights (cgroups.SetBFQTunables: low_latency
+// off, slice_idle from --storage-device-idle): with BFQ's defaults two
+// readers weighted 200:100 on the guest lane's QEMU-throttled disk split
+// 1.0-1.6:1, with them 1.7-1.95:1 (ARCHITECTURE.md, Resource limits).
+// v1 is left as it was. Other disks are the host's: their scheduler is
+// reported (host info, vessel info NAME), not changed.
 func (d *Daemon) ensureBFQ(devs []cgroups.DeviceLimit) error {
+	storage := d.storageDeviceNumber()
 	for _, dl := range devs {
 		dev := fmt.Sprintf("%d:%d", dl.Major, dl.Minor)
-		if !cgroups.IsLoop(dev) && dev != d.storageDeviceNumber() {
+		if !cgroups.IsLoop(dev) && dev != storage {
 			continue
 		}
 		if err := cgroups.SetScheduler(dev, "bfq"); err != nil {
 			return errorf(ErrConflict, "disk weight: %w", err)
+		}
+		if dev == storage && cgroups.HostVersion() == cgroups.V2 {
+			if err := cgroups.SetBFQTunables(dev, d.cfg.StorageDeviceIdle); err != nil {
+				return errorf(ErrConflict, "disk weight: %w", err)
+			}
 		}
 	}
 	return nil

@@ -28,6 +28,8 @@ var (
 	vpingSource string
 	//go:embed testdata/udpecho.c
 	udpechoSource string
+	//go:embed testdata/sleeper.c
+	sleeperSource string
 )
 
 // vpings holds the vping built in each binary directory.
@@ -73,6 +75,11 @@ func BuildBeat(dst string) error { return buildStatic("beat", beatSource, dst) }
 // BuildUndumpable compiles undumpable (testdata/undumpable.c: a process
 // tree CRIU refuses to checkpoint) into dst.
 func BuildUndumpable(dst string) error { return buildStatic("undumpable", undumpableSource, dst) }
+
+// BuildSleeper compiles sleeper (testdata/sleeper.c: one nanosleep with no
+// EINTR loop, and why it ended: "usr1", "spurious" or "slept" in
+// /tmp/sleeper.out) into dst.
+func BuildSleeper(dst string) error { return buildStatic("sleeper", sleeperSource, dst) }
 
 // BuildNetprobe compiles netprobe (testdata/netprobe.c: sends a UDP
 // datagram from a chosen source address, or prints the datagrams it

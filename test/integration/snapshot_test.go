@@ -355,6 +355,32 @@ func TestSnapshotStatefulUndumpable(t *testing.T) {
 	h.OK("snapshot", "create", "c1", "s1")
 }
 
+// TestSnapshotStatefulKeepsSleep: a process asleep in nanosleep when a
+// stateful snapshot freezes it sleeps on afterwards. CRIU gave such a task
+// EINTR with no signal behind it (patch 0023), and a program that takes
+// EINTR for the end of its sleep went on early: Debian 13's busybox sleep
+// exited. sleeper reports why its one sleep ended; SIGUSR1, sent after the
+// snapshot, must be the reason.
+func TestSnapshotStatefulKeepsSleep(t *testing.T) {
+	h := newHost(t)
+	prog := filepath.Join(t.TempDir(), "sleeper")
+	if err := testhost.BuildSleeper(prog); err != nil {
+		t.Fatal(err)
+	}
+	h.OK("launch", "busybox", "c1")
+	h.Install("c1", prog)
+	h.OK("exec", "c1", "--", "sh", "-c", "setsid sleeper </dev/null >/dev/null 2>&1 &")
+	h.OK("exec", "c1", "--", "sh", "-c", "while [ ! -e /tmp/sleeper.ready ]; do usleep 50000; done")
+	h.OK("snapshot", "create", "c1", "s1", "--stateful")
+	// No sleeper left to signal means its sleep has ended already: the
+	// file says why.
+	h.Vessel("exec", "c1", "--", "sh", "-c", "kill -USR1 $(pidof sleeper)")
+	h.OK("exec", "c1", "--", "sh", "-c", "while [ ! -e /tmp/sleeper.out ]; do usleep 50000; done")
+	if why := strings.TrimSpace(h.OK("exec", "c1", "--", "cat", "/tmp/sleeper.out")); why != "usr1" {
+		t.Errorf("the sleep ended with %q, want \"usr1\" (\"spurious\": the snapshot gave it EINTR)", why)
+	}
+}
+
 func countLines(s, sub string) int {
 	n := 0
 	for _, l := range strings.Split(s, "\n") {
