@@ -64,7 +64,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 	csv := h.OK("list", "--format", "csv")
-	if !strings.HasPrefix(csv, "NAME,STATUS,IPV4") || !strings.Contains(csv, "c1,Running,"+i.IPv4) {
+	if !strings.HasPrefix(csv, "NAME,TYPE,STATUS,IPV4") || !strings.Contains(csv, "c1,CONTAINER,Running,"+i.IPv4) {
 		t.Errorf("csv:\n%s", csv)
 	}
 	if y := h.OK("list", "--format", "yaml"); !strings.Contains(y, "name: c1") {
