@@ -138,17 +138,7 @@ func Save(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err != nil {
 		return st, err
 	}
-	mstart := time.Now()
-	if err := run(mon, "migrate", map[string]any{"uri": uri}, nil); err != nil {
-		return st, fmt.Errorf("save %s: %w", path, err)
-	}
-	info, err := waitMigration(ctx, mon, opts)
-	st.Migrate = time.Since(mstart)
-	if info.RAM != nil {
-		st.Bytes = info.RAM.Transferred
-	}
-	st.QEMUTotalMs = info.TotalTime
-	if err != nil {
+	if err := migrateFile(ctx, mon, "migrate", uri, opts, &st); err != nil {
 		return st, fmt.Errorf("save %s: %w", path, err)
 	}
 	sstart := time.Now()
@@ -161,6 +151,23 @@ func Save(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	}
 	st.Total = time.Since(start)
 	return st, nil
+}
+
+// migrateFile runs one file migration (cmd: "migrate" to save,
+// "migrate-incoming" to load), waits for it, and records its time and
+// QEMU's byte and time counts in st.
+func migrateFile(ctx context.Context, mon Runner, cmd, uri string, opts SaveOptions, st *SaveStats) error {
+	start := time.Now()
+	if err := run(mon, cmd, map[string]any{"uri": uri}, nil); err != nil {
+		return err
+	}
+	info, err := waitMigration(ctx, mon, opts)
+	st.Migrate = time.Since(start)
+	if info.RAM != nil {
+		st.Bytes = info.RAM.Transferred
+	}
+	st.QEMUTotalMs = info.TotalTime
+	return err
 }
 
 // Load reads the state Save wrote at path into a QEMU started with
@@ -183,17 +190,7 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err != nil {
 		return st, err
 	}
-	mstart := time.Now()
-	if err := run(mon, "migrate-incoming", map[string]any{"uri": uri}, nil); err != nil {
-		return st, fmt.Errorf("load %s: %w", path, err)
-	}
-	info, err := waitMigration(ctx, mon, opts)
-	st.Migrate = time.Since(mstart)
-	if info.RAM != nil {
-		st.Bytes = info.RAM.Transferred
-	}
-	st.QEMUTotalMs = info.TotalTime
-	if err != nil {
+	if err := migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st); err != nil {
 		return st, fmt.Errorf("load %s: %w", path, err)
 	}
 	if fi, err := os.Stat(path); err == nil {

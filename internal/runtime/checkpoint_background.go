@@ -75,14 +75,7 @@ func (bg *bgDump) setOpts(opts *rpc.CriuOpts) {
 }
 
 // closeFile closes *f once.
-func (bg *bgDump) closeFile(f **os.File) {
-	bg.mu.Lock()
-	defer bg.mu.Unlock()
-	if *f != nil {
-		(*f).Close()
-		*f = nil
-	}
-}
+func (bg *bgDump) closeFile(f **os.File) { closeOnce(&bg.mu, f) }
 
 // close closes the status pipe.
 func (bg *bgDump) close() {

@@ -99,9 +99,13 @@ func (ld *lazyDump) opts() *lazyOpts {
 }
 
 // closeFile closes *f once, under ld's lock.
-func (ld *lazyDump) closeFile(f **os.File) {
-	ld.mu.Lock()
-	defer ld.mu.Unlock()
+func (ld *lazyDump) closeFile(f **os.File) { closeOnce(&ld.mu, f) }
+
+// closeOnce closes *f and clears it under mu: a status pipe's ends are
+// closed from the dump's goroutine and its watcher, whichever comes first.
+func closeOnce(mu *sync.Mutex, f **os.File) {
+	mu.Lock()
+	defer mu.Unlock()
 	if *f != nil {
 		(*f).Close()
 		*f = nil
