@@ -22,7 +22,7 @@ const (
 
 // migrationDir holds a migration's checkpoint images and CRIU work files.
 func (d *Daemon) migrationDir(name string) string {
-	return filepath.Join(d.cfg.RunDir, "migrate", name)
+	return filepath.Join(d.cfg.migrationsRoot(), name)
 }
 
 // migrateWorkDir is where CRIU writes a migration's logs (dump.log on the
@@ -39,7 +39,8 @@ func (d *Daemon) dropMigrationDir(name string) {
 	dir := d.migrationDir(name)
 	if d.cfg.KeepMigrationFiles {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
-		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && os.Rename(dir, kept) == nil {
+		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && keepMigrationFiles(dir, kept) == nil {
+			_ = os.RemoveAll(dir) // copied out of the tmpfs (migrate_tmpfs.go)
 			logs, _ := filepath.Glob(filepath.Join(d.cfg.migrateWorkDir(name), "*.log"))
 			for _, l := range logs {
 				if b, err := os.ReadFile(l); err == nil {

@@ -268,7 +268,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
 	m.phase = movePhaseStartTarget
-	if err := m.startOnTarget(); err != nil {
+	if err := m.startOnTarget(true); err != nil {
 		return err
 	}
 	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
@@ -379,7 +379,21 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	t2 := time.Now()
 	m.phase = movePhaseImages
+	if lazy {
+		// The target starts its lazy-pages daemon as soon as the images
+		// are in (before "start"): the page server is there for it.
+		go m.servePages(ctx, ck.PageConn())
+	}
+	// The journal's "restoring" is written (a bbolt commit: two fsyncs)
+	// while the images travel, not after: it only makes a daemon that
+	// dies from here on ask the target before it resumes the container,
+	// and "start" still goes after both.
+	noted := make(chan error, 1)
+	go func() { noted <- m.noteRestoring() }()
 	n, err := m.sendImages(ctx, images, ck.Pages())
+	if nerr := <-noted; err == nil {
+		err = nerr
+	}
 	if err != nil {
 		return err
 	}
@@ -389,10 +403,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
 	m.phase = movePhaseRestore
-	if lazy {
-		go m.servePages(ctx, ck.PageConn())
-	}
-	if err := m.startOnTarget(); err != nil {
+	if err := m.startOnTarget(false); err != nil {
 		return err
 	}
 	if err := m.awaitResumed(ctx); err != nil {
@@ -428,12 +439,22 @@ func (m *migrationSource) postCopy(ctx context.Context, ck *runtime.Checkpoint) 
 	return m.commit(ctx)
 }
 
-// startOnTarget tells the target to start the container: from here on,
-// whether it runs there can only be known by asking.
-func (m *migrationSource) startOnTarget() error {
+// noteRestoring records in the journal that the target may be told to
+// start the container.
+func (m *migrationSource) noteRestoring() error {
 	m.journal.Phase = state.PhaseRestoring
-	if err := m.note(); err != nil {
-		return err
+	return m.note()
+}
+
+// startOnTarget tells the target to start the container (note: record it
+// in the journal first; a live move did already, while the images
+// travelled): from here on, whether it runs there can only be known by
+// asking.
+func (m *migrationSource) startOnTarget(note bool) error {
+	if note {
+		if err := m.noteRestoring(); err != nil {
+			return err
+		}
 	}
 	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
 		return err
