@@ -356,11 +356,29 @@ func (m *migrationSource) live(ctx context.Context) error {
 		n, err := m.sendDisk(ctx, true)
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
+	// The journal's "restoring" is written (a bbolt commit: two fsyncs,
+	// 1-20 ms on a busy disk) while CRIU dumps, not after the images: it
+	// only makes a daemon that dies from here on ask the target before
+	// it resumes the container, and "start" goes after it.
+	noted := make(chan error, 1)
+	go func() {
+		t := time.Now()
+		err := m.noteRestoring()
+		d.log.Debug("migration source: journal restoring", "name", m.name, "took", time.Since(t))
+		noted <- err
+	}()
 	tck := time.Now()
 	m.phase = movePhaseMemory
 	if lazy {
 		m.phase = movePhaseCheckpoint
 	}
+	defer func() {
+		// An early return (a failed dump or disk) waits for the journal
+		// write: cleanup removes the journal after it.
+		if noted != nil {
+			<-noted
+		}
+	}()
 	err = ck.Run()
 	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
@@ -384,14 +402,10 @@ func (m *migrationSource) live(ctx context.Context) error {
 		// are in (before "start"): the page server is there for it.
 		go m.servePages(ctx, ck.PageConn())
 	}
-	// The journal's "restoring" is written (a bbolt commit: two fsyncs)
-	// while the images travel, not after: it only makes a daemon that
-	// dies from here on ask the target before it resumes the container,
-	// and "start" still goes after both.
-	noted := make(chan error, 1)
-	go func() { noted <- m.noteRestoring() }()
 	n, err := m.sendImages(ctx, images, ck.Pages())
-	if nerr := <-noted; err == nil {
+	nerr := <-noted
+	noted = nil
+	if err == nil {
 		err = nerr
 	}
 	if err != nil {
