@@ -357,6 +357,12 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	if early != nil && early.lpErr != nil {
 		return early.lpErr
 	}
+	if early != nil && early.checkErr != nil {
+		if m.lazy != nil {
+			m.lazy.Kill()
+		}
+		return early.checkErr
+	}
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
 	case m.hello.Live:
