@@ -108,6 +108,13 @@ type migrationTarget struct {
 	// early: the volume and lazy-pages daemon made once the images are
 	// in, before "start" (migrate_target_early.go).
 	early *earlyStart
+	// committed: the volume is made from the last pass (commitDisk, or
+	// commitErr); started: start has taken it over.
+	committed, started bool
+	commitErr          error
+	// imagesIn: the images are complete; a page file after them is a
+	// protocol error (they are checked before "start").
+	imagesIn atomic.Bool
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -215,7 +222,8 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	}
 	defer d.dropMigrationDir(name)
 	defer m.closeDisk()
-	defer m.endEarly() // before closeDisk
+	defer m.dropUnstartedVolume()
+	defer m.endEarly() // first: waits for the early work
 	go m.dispatch(ctx)
 	if hello.Live {
 		if m.prep, err = d.prepareRun(ctx, inst, true); err != nil {
@@ -286,6 +294,11 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 		if err := m.sess.Recv(ctx, &msg); err != nil {
 			return err
 		}
+		if m.early != nil && msg.Type != migration.MsgStart && msg.Type != migration.MsgError {
+			// The images are checked and the volume made: nothing may
+			// change them now.
+			return fmt.Errorf("%w: %q after the images", migration.ErrProtocol, msg.Type)
+		}
 		switch msg.Type {
 		case migration.MsgDisk:
 			if err := m.injectFault(faultRecvDisk); err != nil {
@@ -339,13 +352,8 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	if early != nil && early.lp != nil {
 		m.lazy = early.lp // killed by restore's failure
 	}
-	var err error
-	if early != nil {
-		err = early.commitErr
-	} else {
-		err = m.disk.Commit(ctx)
-	}
-	if err != nil {
+	m.started = true
+	if err := m.commitDisk(ctx); err != nil {
 		if m.lazy != nil {
 			m.lazy.Kill()
 		}

@@ -20,7 +20,6 @@ import (
 // and kills the daemon (endEarly).
 type earlyStart struct {
 	done      chan struct{}
-	commitErr error
 	lp        *runtime.LazyPages
 	lpErr     error
 	checkErr  error // the images' check (Restorer.CheckImages)
@@ -34,6 +33,7 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 	if m.early != nil || m.disk == nil || !m.hello.Live {
 		return
 	}
+	committed := m.committed // by the last pass (commitDisk)
 	e := &earlyStart{done: make(chan struct{})}
 	m.early = e
 	go func() {
@@ -47,9 +47,9 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 			// (waitPages), and nothing writes here any more.
 			wg.Go(func() { e.checkErr = m.rst.CheckImages() })
 		}
-		t0 := time.Now()
-		e.commitErr = m.disk.Commit(ctx)
-		m.d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0), "early", true)
+		if !committed {
+			_ = m.commitDisk(ctx) // start reads its error
+		}
 		wg.Wait()
 	}()
 }
@@ -77,9 +77,31 @@ func (m *migrationTarget) endEarly() {
 	if e.lp != nil {
 		e.lp.Kill()
 	}
-	if e.commitErr == nil {
+}
+
+// dropUnstartedVolume deletes a volume commitDisk made for a move that
+// failed before start took it over (start registers its own revert).
+func (m *migrationTarget) dropUnstartedVolume() {
+	if m.committed && !m.started {
 		m.d.undo("delete volume", m.name, m.d.storage.DeleteVolume(context.Background(), containerVolume(m.name)))
 	}
+}
+
+// commitDisk makes the container's volume from the last disk pass, once:
+// on a driver whose commit is durable (btrfs) as the final pass of a live
+// move arrives, in place of the sync before its acknowledgement (one
+// transaction commit instead of two, while the source still dumps);
+// otherwise once the images are in (beginStart) or at "start". The
+// outcome stays for start (commitErr).
+func (m *migrationTarget) commitDisk(ctx context.Context) error {
+	if m.committed || m.commitErr != nil {
+		return m.commitErr
+	}
+	t0 := time.Now()
+	m.commitErr = m.disk.Commit(ctx)
+	m.committed = m.commitErr == nil
+	m.d.log.Debug("migration target: volume made", "name", m.name, "took", time.Since(t0))
+	return m.commitErr
 }
 
 // startLazyPages starts the restore's lazy-pages daemon: post-copy's pulls
