@@ -19,10 +19,10 @@ import (
 // visible to anyone: a move that fails before "start" deletes the volume
 // and kills the daemon (endEarly).
 type earlyStart struct {
-	done      chan struct{}
-	lp        *runtime.LazyPages
-	lpErr     error
-	checkErr  error // the images' check (Restorer.CheckImages)
+	done     chan struct{}
+	lp       *runtime.LazyPages
+	lpErr    error
+	checkErr error // the images' check (Restorer.CheckImages)
 	// used: start took the results over (and their cleanup with them).
 	used bool
 }
