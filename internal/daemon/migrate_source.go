@@ -376,7 +376,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 		// An early return (a failed dump or disk) waits for the journal
 		// write: cleanup removes the journal after it.
 		if noted != nil {
-			<-noted
+			_ = <-noted // the move's own error is the one reported
 		}
 	}()
 	err = ck.Run()
