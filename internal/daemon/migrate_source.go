@@ -376,7 +376,9 @@ func (m *migrationSource) live(ctx context.Context) error {
 		// An early return (a failed dump or disk) waits for the journal
 		// write: cleanup removes the journal after it.
 		if noted != nil {
-			_ = <-noted // the move's own error is the one reported
+			if err := <-noted; err != nil {
+				d.log.Warn("migration journal", "name", m.name, "err", err) // the move's own error is reported
+			}
 		}
 	}()
 	err = ck.Run()
