@@ -73,6 +73,9 @@ type Config struct {
 	// Paused starts QEMU with its CPUs stopped (-S): the caller moves it
 	// into its cgroup and lets it run with Monitor.Cont.
 	Paused bool
+	// Incoming starts QEMU waiting for its state (-incoming defer): the
+	// caller loads a state file (Load) before it lets it run.
+	Incoming bool
 }
 
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
@@ -189,6 +192,9 @@ func (c Config) Args() ([]string, error) {
 	)
 	if c.Paused {
 		a = append(a, "-S")
+	}
+	if c.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	return a, nil
 }
