@@ -41,7 +41,8 @@ const vmStateFile = "vm.state"
 
 // faultVMSaved is the point between a VM's live save (VM stopped in
 // postmigrate, disk snapshotted) and its cont: "fail" makes the snapshot
-// fail there.
+// fail there, "crash" kills the daemon there (the next one lets the VM
+// run: resumeLeftoverVM, and drops the unrecorded volumes).
 const faultVMSaved = "snapshot.vm.saved"
 
 // vmSnapshotReadyTimeout bounds the wait for a VM to run again after a
@@ -203,8 +204,11 @@ func (d *Daemon) saveVMState(ctx context.Context, op *operations.Operation, name
 		op.SetMetadata(map[string]any{api.MetaStage: "freeze"})
 		err = snapshot()
 	}
-	if err == nil && d.fault(faultVMSaved) == "fail" {
-		err = injected(faultVMSaved)
+	if err == nil {
+		d.crashAt(faultVMSaved)
+		if d.fault(faultVMSaved) == "fail" {
+			err = injected(faultVMSaved)
+		}
 	}
 	rerr := d.resumeVM(mon)
 	var frozen time.Duration
@@ -240,6 +244,27 @@ func (d *Daemon) resumeVM(mon vmMonitor) error {
 			return fmt.Errorf("resume the vm: still %q: %w", s.Status, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// resumeLeftoverVM lets a VM run that a daemon which died in a snapshot's
+// stopped window left stopped ("postmigrate" after a save, "paused" after
+// a disk-only stop): vessel holds a VM stopped only inside a snapshot.
+// A VM still starting ("prelaunch") is left alone.
+func (d *Daemon) resumeLeftoverVM(ctx context.Context, name string) {
+	mon, err := d.vmMonitorOf(ctx, name)
+	if err != nil {
+		d.log.Warn("qmp at reattach", "name", name, "err", err)
+		return
+	}
+	defer mon.Close()
+	s, err := mon.QueryStatus(ctx)
+	if err != nil || (s.Status != "postmigrate" && s.Status != "paused") {
+		return
+	}
+	d.log.Warn("resuming a VM a snapshot left stopped (the daemon died in it)", "name", name, "status", s.Status)
+	if err := d.resumeVM(mon); err != nil {
+		d.log.Error("resume at reattach", "name", name, "err", err)
 	}
 }
 

@@ -316,3 +316,25 @@ func TestVMRestoreStatefulSizeChanged(t *testing.T) {
 	}
 	_ = v
 }
+
+// TestVMReconcileResumesLeftover: a daemon that died in a snapshot's
+// stopped window left the VM stopped (postmigrate after a save, paused
+// after a disk-only stop): the next one lets it run; a VM still in
+// prelaunch is left alone.
+func TestVMReconcileResumesLeftover(t *testing.T) {
+	td := newTestDaemon(t)
+	saved := td.runningVM(t, "vm1", "mem")
+	stopped := td.runningVM(t, "vm2", "mem")
+	starting := td.runningVM(t, "vm3", "mem")
+	saved.running, saved.status = false, "postmigrate"
+	stopped.running, stopped.status = false, "paused"
+	starting.running = false
+	next := td.restart(t)
+	next.startDaemon(t)
+	if !saved.running || !stopped.running {
+		t.Errorf("left stopped: vm1 running %v, vm2 running %v", saved.running, stopped.running)
+	}
+	if starting.running {
+		t.Error("a VM in prelaunch was let run")
+	}
+}

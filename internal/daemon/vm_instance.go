@@ -302,6 +302,7 @@ func (d *Daemon) reconcileVM(ctx context.Context, inst *instance) {
 	proc, err := d.vms.Find(d.cfg.vmRunDir(name), name)
 	if err == nil {
 		d.trackVM(inst, proc)
+		d.resumeLeftoverVM(ctx, name)
 		if rec := inst.record(); !rec.Running() {
 			d.log.Warn("adopting a VM whose start was interrupted by a daemon restart", "name", name)
 			if err := d.setState(inst, state.StateRunning, func(_ *state.Tx, r *state.Instance) error {

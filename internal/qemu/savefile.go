@@ -216,8 +216,12 @@ func migrateFile(ctx context.Context, mon Runner, cmd, uri string, opts SaveOpti
 		// QEMU's clock starts when it takes the command, a moment after
 		// start: the estimate errs towards a longer stop.
 		st.Stopped = start.Add(time.Duration(info.TotalTime-info.Downtime) * time.Millisecond)
+		// It stopped within the save, whatever the two clocks say.
 		if end := start.Add(st.Migrate); st.Stopped.After(end) {
 			st.Stopped = end.Add(-st.Downtime)
+		}
+		if st.Stopped.Before(start) {
+			st.Stopped = start
 		}
 		if !stopped.IsZero() && stopped.Before(st.Stopped) {
 			st.Stopped = stopped

@@ -29,7 +29,8 @@ func guestFile(t *testing.T, image, path string) string {
 // killed) and its disk, a stateful restore brings back both as they were:
 // the tmpfs file, the process with its pid, the disk without the later
 // file. A fault injected after the save (VM held stopped, disk taken)
-// leaves nothing and the VM running. A disk-only snapshot and restore
+// leaves nothing and the VM running; so does the daemon's death there,
+// once it is restarted. A disk-only snapshot and restore
 // reboot the VM on the old disk. Deleting the snapshot removes the state
 // file.
 func TestVMSnapshotStateful(t *testing.T) {
@@ -77,8 +78,21 @@ func TestVMSnapshotStateful(t *testing.T) {
 	if i := h.instances()["vm1"]; i.Status != api.StatusRunning || i.PID != qemuPid {
 		t.Errorf("after the failed snapshot: %+v", i)
 	}
-	h.OK("exec", "vm1", "--", "sh", "-c", "echo new > /root/new; echo ram2 > /mnt/ram/x; kill "+pid+"; sync")
+	// The daemon dies there: the next one lets the VM run and drops the
+	// snapshot's volumes.
+	h.RestartWith("--fault", "snapshot.vm.saved=crash")
+	if r := h.Vessel("snapshot", "create", "vm1", "crashed", "--stateful"); r.Code == 0 {
+		t.Fatal("the snapshot succeeded although the daemon was killed")
+	}
 	h.RestartWith()
+	if s := h.qmpStatus("vm1"); s.Status != "running" {
+		t.Errorf("after the crash and restart qemu is %q", s.Status)
+	}
+	if _, ok := h.snapshots("vm1")["crashed"]; ok {
+		t.Error("the crashed snapshot is listed")
+	}
+	h.assertNoSnapshotTraces("vm1", "crashed")
+	h.OK("exec", "vm1", "--", "sh", "-c", "echo new > /root/new; echo ram2 > /mnt/ram/x; kill "+pid+"; sync")
 
 	h.Fails("--force", "snapshot", "restore", "vm1", "s1", "--stateful")
 	h.OK("snapshot", "restore", "vm1", "s1", "--stateful", "--force")
