@@ -73,8 +73,9 @@ type Config struct {
 	// Paused starts QEMU with its CPUs stopped (-S): the caller moves it
 	// into its cgroup and lets it run with Monitor.Cont.
 	Paused bool
-	// Incoming starts QEMU waiting for its state (-incoming defer): the
-	// caller loads a state file (Load) before it lets it run.
+	// Incoming starts QEMU waiting for a migration stream (-incoming
+	// defer: migrate-incoming names where, after the caller set up the
+	// migration's capabilities and the disk's NBD export).
 	Incoming bool
 }
 
