@@ -318,11 +318,18 @@ func waitMigration(ctx context.Context, mon Runner, opts SaveOptions) (info migr
 				stopped = t0
 			}
 		}
+		// In "device" QEMU has stopped the vCPUs and writes the last
+		// pages and the device state: the end is near, and every
+		// millisecond of the poll is one of a live save's stop.
+		next := t.C
+		if info.Status == "device" {
+			next = time.After(time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			_ = run(mon, "migrate_cancel", nil, nil)
 			return info, stopped, ctx.Err()
-		case <-t.C:
+		case <-next:
 		}
 	}
 }
