@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -18,7 +20,8 @@ import (
 // (live mapped-ram save into the pool's checkpoint volume, disk snapshot
 // at the end) and `snapshot restore --stateful --force` (new QEMU, load),
 // each run checked by memhog's own verification of its memory after the
-// restore. The same run's fio on the daemon's btrfs pool is beside it.
+// restore. The same run's fio on the daemon's btrfs pool (in a NODATASUM
+// directory, as the state files) is beside it.
 type APIResult struct {
 	GuestMiB  int `json:"guest_mib"`
 	MemhogMiB int `json:"memhog_mib"`
@@ -61,6 +64,14 @@ func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
 	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 3*maxMiB + 8<<10})
 	c := h.Client()
 	ctx := context.Background()
+	// fio writes where the state files go: a NODATASUM directory (the
+	// pool's own directories are checksummed, and btrfs serves O_DIRECT
+	// to checksummed files buffered).
+	fioDir := filepath.Join(h.PoolPath(), "fio")
+	if _, err := qemu.PrepareStateDir(fioDir); err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(fioDir) })
 	var out []APIResult
 	for _, mib := range sizes {
 		res := APIResult{GuestMiB: mib, MemhogMiB: mib - 192, Verified: true}
@@ -73,7 +84,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
 		r.Logf("api %d MiB: memhog filled %d MiB in %s", mib, res.MemhogMiB, time.Since(t0).Round(time.Second))
 		var w, rd, save, load, snapS, restS, frozen, passes []float64
 		for i := range n {
-			fw, fr := benchutil.RawDisk(r, h.PoolPath(), mib)
+			fw, fr := benchutil.RawDisk(r, fioDir, mib)
 			w, rd = append(w, fw), append(rd, fr)
 			snap := fmt.Sprintf("s%d", i)
 			ts := time.Now()
