@@ -26,6 +26,7 @@ import (
 //	instance.start.launched        a start or restore has made the processes, not yet recorded them
 //	instance.create.volume         a create has made the volume, not yet recorded it complete
 //	snapshot.restore.deleted       a snapshot restore has deleted the old disk, not yet cloned the new
+//	snapshot.vm.saved              a VM's stateful snapshot has saved its state and disk, the VM is still stopped ("fail" too)
 //
 // Actions: "cut" closes the migration connection abruptly (a vanished
 // peer), "fail" reports an error to the peer, "crash" kills the daemon

@@ -114,8 +114,11 @@ type vmProcess interface {
 type vmMonitor interface {
 	QueryStatus(ctx context.Context) (qemu.Status, error)
 	Cont(ctx context.Context) error
+	Stop(ctx context.Context) error
 	SystemPowerdown(ctx context.Context) error
 	SetIOThrottle(ctx context.Context, t qemu.IOThrottle) error
+	// Run is one raw QMP command (qemu.Runner: qemu.Save and qemu.Load).
+	Run(cmd []byte) ([]byte, error)
 	Close() error
 }
 

@@ -37,8 +37,12 @@ type fakeVM struct {
 	ignoreACPI bool
 	acpiLost   int
 	throttle   *qemu.IOThrottle
-	done       chan struct{}
-	once       sync.Once
+	// status overrides query-status's run state ("paused",
+	// "postmigrate"); mig is the fake migration (snapshot_vm_test.go).
+	status string
+	mig    fakeMigration
+	done   chan struct{}
+	once   sync.Once
 }
 
 func (v *fakeVM) end() { v.once.Do(func() { close(v.done) }) }
@@ -165,12 +169,15 @@ func (m *fakeMonitor) QueryStatus(ctx context.Context) (qemu.Status, error) {
 	var s qemu.Status
 	err := m.do("query-status", func() {
 		s = qemu.Status{Running: m.v.running, Status: map[bool]string{true: "running", false: "prelaunch"}[m.v.running]}
+		if m.v.status != "" && !m.v.running {
+			s.Status = m.v.status
+		}
 	})
 	return s, err
 }
 
 func (m *fakeMonitor) Cont(ctx context.Context) error {
-	return m.do("cont", func() { m.v.running = true })
+	return m.do("cont", func() { m.v.running, m.v.status = true, "" })
 }
 
 func (m *fakeMonitor) SystemPowerdown(ctx context.Context) error {

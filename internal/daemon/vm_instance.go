@@ -140,7 +140,14 @@ func (d *Daemon) ensureVMImageVolume(ctx context.Context, fp string) error {
 }
 
 // startVM starts a stopped VM; the caller holds its lock.
-func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
+func (d *Daemon) startVM(ctx context.Context, inst *instance) error {
+	return d.launchVM(ctx, inst, nil)
+}
+
+// launchVM starts a stopped VM; with load, QEMU starts waiting for its
+// state (-incoming defer) and load gives it (a stateful restore) before
+// the VM runs.
+func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) (err error) {
 	name := inst.name
 	if inst.live() != nil {
 		return errorf(ErrConflict, "instance %q is already running", name)
@@ -174,7 +181,8 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
 		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
 		RunDir: d.cfg.vmRunDir(name), ConsoleLog: d.cfg.logPath(name),
 		// Paused until it is in its cgroup, with its disk throttled.
-		Paused: true,
+		Paused:   true,
+		Incoming: load != nil,
 	}
 	proc, err := d.vms.Start(ctx, qcfg)
 	if err != nil {
@@ -198,6 +206,11 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
 		return err
 	}
 	defer mon.Close()
+	if load != nil {
+		if err := load(ctx, mon); err != nil {
+			return err
+		}
+	}
 	if size.Throttle != nil {
 		if err := mon.SetIOThrottle(ctx, *size.Throttle); err != nil {
 			return fmt.Errorf("disk limits of %s: %w", name, err)
@@ -289,6 +302,7 @@ func (d *Daemon) reconcileVM(ctx context.Context, inst *instance) {
 	proc, err := d.vms.Find(d.cfg.vmRunDir(name), name)
 	if err == nil {
 		d.trackVM(inst, proc)
+		d.resumeLeftoverVM(ctx, name)
 		if rec := inst.record(); !rec.Running() {
 			d.log.Warn("adopting a VM whose start was interrupted by a daemon restart", "name", name)
 			if err := d.setState(inst, state.StateRunning, func(_ *state.Tx, r *state.Instance) error {

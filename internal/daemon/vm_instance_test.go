@@ -268,9 +268,6 @@ func TestVMRefusals(t *testing.T) {
 	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "vm2", Source: api.InstanceSource{Type: "copy", Source: "vm1"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("copy: %v", err)
 	}
-	if _, err := td.CreateSnapshot(ctx, "vm1", api.SnapshotsPost{Name: "s1", Stateful: true}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("stateful snapshot: %v", err)
-	}
 	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "x", Type: "lxc", Source: api.InstanceSource{Image: "busybox"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown type: %v", err)
 	}

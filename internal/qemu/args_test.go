@@ -131,3 +131,19 @@ func TestIsQEMUOf(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsIncoming: a QEMU that waits for its state (a stateful restore).
+func TestArgsIncoming(t *testing.T) {
+	c := testConfig()
+	c.Incoming = true
+	a, err := c.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := values(a, "-incoming"); !slices.Equal(got, []string{"defer"}) {
+		t.Errorf("-incoming %v", got)
+	}
+	if a, _ := testConfig().Args(); slices.Contains(a, "-incoming") {
+		t.Error("-incoming without Incoming")
+	}
+}
