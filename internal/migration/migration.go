@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 5
+const Version = 6
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -62,6 +62,9 @@ type Instance struct {
 	// IDMap is an unprivileged container's host id range: its checkpoint
 	// images are in these ids, so the target keeps it (or refuses).
 	IDMap *IDMap `json:"idmap,omitempty"`
+	// Type is the instance's type (state.TypeVM for a virtual machine;
+	// empty: a container).
+	Type string `json:"type,omitempty"`
 }
 
 // IDMap is a container's user namespace map (state.IDMap).
@@ -102,6 +105,9 @@ type Hello struct {
 	// PageToken (a post-copy move) opens the page link the source dials
 	// beside the session (see PagesProtocol).
 	PageToken string `json:"page_token,omitempty"`
+	// VMDiskSize is a VM's disk size in bytes: the target makes an empty
+	// disk of this size for the mirror (see StreamVMDisk).
+	VMDiskSize int64 `json:"vm_disk_size,omitempty"`
 }
 
 // Message is one control message; Type says which fields matter.

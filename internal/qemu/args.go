@@ -73,6 +73,10 @@ type Config struct {
 	// Paused starts QEMU with its CPUs stopped (-S): the caller moves it
 	// into its cgroup and lets it run with Monitor.Cont.
 	Paused bool
+	// Incoming starts QEMU waiting for a migration stream (-incoming
+	// defer: migrate-incoming names where, after the caller set up the
+	// migration's capabilities and the disk's NBD export).
+	Incoming bool
 }
 
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
@@ -189,6 +193,9 @@ func (c Config) Args() ([]string, error) {
 	)
 	if c.Paused {
 		a = append(a, "-S")
+	}
+	if c.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	return a, nil
 }
