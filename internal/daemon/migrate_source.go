@@ -243,7 +243,8 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 		Snapshots: snapshots, VMDiskSize: m.vmDiskSize}
 	// A post-copy move gets a page link, and so does auto's pre-copy
 	// trial, which may fall back to post-copy after its passes.
-	if req.Live && (req.Memory == api.MemoryLazy || m.autoTrial) {
+	// A VM's migration stream gets it too (migrate_vm_source.go).
+	if req.Live && (req.Memory == api.MemoryLazy || m.autoTrial || m.vmDiskSize > 0) {
 		hello.PageToken = migration.NewPageToken()
 	}
 	if err := sess.Send(hello); err != nil {

@@ -125,11 +125,16 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	}
 	defer d.dropMigrationDir(m.name)
 	diskSock, stateSock := filepath.Join(dir, "disk.sock"), filepath.Join(dir, "state.sock")
-	stopRelay, err := m.relayVM(map[string]string{diskSock: migration.StreamVMDisk, stateSock: migration.StreamVMState})
+	stopRelay, err := m.relayVM(diskSock)
 	if err != nil {
 		return err
 	}
 	defer stopRelay()
+	stopState, err := m.relayVMState(ctx, stateSock)
+	if err != nil {
+		return err
+	}
+	defer stopState()
 	mon, err := qemu.Connect(ctx, qemu.Config{RunDir: d.cfg.vmRunDir(m.name)}.QMPSocket())
 	if err != nil {
 		return err
@@ -212,18 +217,25 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	vt.DowntimeQEMU = float64(st.Downtime) / 1000
 	d.log.Debug("migration source: memory", "name", m.name, "status", st.Status, "downtime_ms", st.Downtime, "took", switchAt.Sub(t1))
 
-	// The VM is stopped here: the mirror has nothing more to copy.
+	// The VM is stopped here: the mirror has nothing more to copy. The
+	// target is told at once (it waits for its QEMU to have loaded the
+	// device state meanwhile), and lets the VM run once the mirror has
+	// completed (its last flush included) and it hears so.
 	m.phase = movePhaseSwitchover
-	if err := mon.BlockJobCancel(ctx, qemu.MirrorJobID, false); err != nil {
-		return fmt.Errorf("complete the disk mirror: %w", err)
-	}
-	if err := mon.WaitJobGone(ctx, qemu.MirrorJobID, 5*time.Millisecond); err != nil {
-		return fmt.Errorf("complete the disk mirror: %w", err)
-	}
-	m.phase = movePhaseRestore
 	if err := m.startOnTarget(); err != nil {
 		return err
 	}
+	if err := mon.BlockJobCancel(ctx, qemu.MirrorJobID, false); err != nil {
+		return fmt.Errorf("complete the disk mirror: %w", err)
+	}
+	if err := mon.WaitJobGone(ctx, qemu.MirrorJobID, 2*time.Millisecond); err != nil {
+		return fmt.Errorf("complete the disk mirror: %w", err)
+	}
+	d.log.Debug("migration source: disk mirror completed", "name", m.name, "took", time.Since(switchAt))
+	if err := m.sess.Send(migration.Message{Type: migration.MsgVMDiskDone}); err != nil {
+		return err
+	}
+	m.phase = movePhaseRestore
 	if err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
@@ -330,48 +342,107 @@ func (d *Daemon) resumeVM(ctx context.Context, name string) {
 	}
 }
 
-// relayVM listens on each unix socket of socks (path: stream kind) for
-// the source QEMU's connections and relays each over a new session
-// stream of that kind. The returned function closes the listeners.
-func (m *migrationSource) relayVM(socks map[string]string) (func(), error) {
-	var lns []net.Listener
-	stop := func() {
-		for _, l := range lns {
-			l.Close()
-		}
+// relayVM listens on a unix socket for the source QEMU's NBD
+// connections (the disk mirror) and relays each over a new session
+// stream (vm-disk). The returned function closes the listener.
+func (m *migrationSource) relayVM(path string) (func(), error) {
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
 	}
 	var wg sync.WaitGroup
-	for path, kind := range socks {
-		_ = os.Remove(path)
-		l, err := net.Listen("unix", path)
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		lns = append(lns, l)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					if !errors.Is(err, net.ErrClosed) {
-						m.d.log.Warn("migration: relay accept", "name", m.name, "err", err)
-					}
-					return
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					m.d.log.Warn("migration: relay accept", "name", m.name, "err", err)
 				}
-				st, err := m.sess.OpenStream(migration.StreamHeader{Kind: kind})
-				if err != nil {
-					c.Close()
-					continue
-				}
-				go func() {
-					defer c.Close()
-					defer st.Close()
-					migration.Relay(c, st)
-				}()
+				return
 			}
-		}()
+			st, err := m.sess.OpenStream(migration.StreamHeader{Kind: migration.StreamVMDisk})
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				defer st.Close()
+				migration.Relay(c, st)
+			}()
+		}
+	}()
+	return func() { l.Close(); wg.Wait() }, nil
+}
+
+// relayVMState listens on a unix socket for the source QEMU's migration
+// stream and relays it over the page link, a TLS connection of its own:
+// the RAM does not queue behind (or hold up) the session's control
+// messages, and shallow buffers (vmRelayBuf each way, no ring) keep
+// QEMU's own view of the link's speed, from which it plans the last
+// pass's downtime, close to what reaches the target.
+func (m *migrationSource) relayVMState(ctx context.Context, path string) (func(), error) {
+	if err := m.awaitPageLink(ctx); err != nil {
+		return nil, err
 	}
-	return func() { stop(); wg.Wait() }, nil
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		l.Close() // one migration stream
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		defer m.link.conn.Close()
+		relayShallow(c, m.link.conn)
+	}()
+	return func() { l.Close(); <-done }, nil
+}
+
+// vmRelayBuf is a VM migration stream's relay buffer, each way.
+const vmRelayBuf = 128 << 10
+
+// relayShallow copies both ways between a and b until both directions
+// end, through one vmRelayBuf each way (a side with a Flush method, the
+// source's page link, is flushed after each write); each side's write
+// half closes when its source ends.
+func relayShallow(a, b net.Conn) {
+	var wg sync.WaitGroup
+	one := func(dst, src net.Conn) {
+		defer wg.Done()
+		fl, _ := dst.(interface{ Flush() error })
+		buf := make([]byte, vmRelayBuf)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+				if fl != nil && fl.Flush() != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	wg.Add(2)
+	go one(a, b)
+	go one(b, a)
+	wg.Wait()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -155,10 +156,12 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	if err := mon.MigrateIncoming(ctx, "unix:"+inSock); err != nil {
 		return err
 	}
-	go m.dispatchVM(ctx, nbdSock, inSock)
+	go m.dispatchVM(ctx, nbdSock)
 	if err := sess.Send(migration.Message{Type: migration.MsgAccepted, Address: inst.record().Address}); err != nil {
 		return err
 	}
+	// The migration stream comes on the page link the source dials now.
+	go m.relayVMState(ctx, inSock)
 
 	// The source mirrors the disk and migrates the RAM through the
 	// relays; then it says "start".
@@ -189,12 +192,14 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	if err != nil {
 		return fmt.Errorf("incoming migration: %w", err)
 	}
-	if st.Status == "completed" {
-		// Post-copy's device state arrives during the switch and the
-		// VM runs at once: the NBD server stops in finish instead.
-		if err := mon.NBDServerStop(ctx); err != nil {
-			return err
-		}
+	d.log.Debug("migration target: incoming migration", "name", name, "status", st.Status, "waited", time.Since(t0))
+	// The disk is whole once the source's mirror has completed.
+	var msg migration.Message
+	if err := sess.Recv(ctx, &msg); err != nil {
+		return err
+	}
+	if err := migration.Expect(msg, migration.MsgVMDiskDone); err != nil {
+		return err
 	}
 	if size.Throttle != nil {
 		if err := mon.SetIOThrottle(ctx, *size.Throttle); err != nil {
@@ -203,6 +208,12 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	}
 	if err := mon.Cont(ctx); err != nil && st.Status == "completed" {
 		return err
+	}
+	d.log.Debug("migration target: VM runs", "name", name, "after", time.Since(t0))
+	if st.Status == "completed" {
+		// The mirror is done: its export goes (post-copy's once the
+		// pages are all in).
+		d.undo("stop the NBD server", name, mon.NBDServerStop(ctx))
 	}
 	run := d.trackVM(inst, proc)
 	r.Add(func() { inst.clearLive(run) })
@@ -230,10 +241,10 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	return m.finish(ctx)
 }
 
-// dispatchVM relays the source's vm-disk and vm-state streams to the
-// local QEMU's NBD server and incoming migration socket, and routes the
-// console log's stream, until the session ends.
-func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock, inSock string) {
+// dispatchVM relays the source's vm-disk streams to the local QEMU's
+// NBD server and routes the console log's stream, until the session
+// ends.
+func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock string) {
 	for {
 		st, h, err := m.sess.AcceptStream(ctx)
 		if err != nil {
@@ -248,13 +259,6 @@ func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock, inSock string
 		switch h.Kind {
 		case migration.StreamVMDisk:
 			sock = nbdSock
-		case migration.StreamVMState:
-			sock = inSock
-			if err := m.injectFault(faultVMTargetIncoming); err != nil {
-				st.Close()
-				m.abort(err)
-				return
-			}
 		case migration.StreamLogs:
 			m.logsCh <- st
 			continue
@@ -273,6 +277,41 @@ func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock, inSock string
 			migration.Relay(st, c)
 		}()
 	}
+}
+
+// relayVMState claims the move's page link and relays it to the local
+// QEMU's incoming migration socket (relayShallow).
+func (m *migrationTarget) relayVMState(ctx context.Context, inSock string) {
+	link, err := m.d.pageLinks.claim(ctx, m.hello.PageToken, m.peer)
+	if err != nil {
+		m.abort(fmt.Errorf("the VM's migration stream: %w", err))
+		return
+	}
+	defer link.Close()
+	sess := m.sess
+	go func() {
+		<-sess.Closed()
+		link.Close()
+	}()
+	c, err := net.Dial("unix", inSock)
+	if err != nil {
+		m.abort(fmt.Errorf("the VM's migration stream: %w", err))
+		return
+	}
+	defer c.Close()
+	// The stream's first bytes: the source's RAM copy has begun.
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(link, first); err != nil {
+		return
+	}
+	if err := m.injectFault(faultVMTargetIncoming); err != nil {
+		m.abort(err)
+		return
+	}
+	if _, err := c.Write(first); err != nil {
+		return
+	}
+	relayShallow(link, c)
 }
 
 // vmMigrateCapabilities are the QEMU migration capabilities of a memory

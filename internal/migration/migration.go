@@ -151,22 +151,23 @@ type SnapshotRecord struct {
 
 // Message types, in protocol order.
 const (
-	MsgAccepted   = "accepted"    // target: Hello is acceptable, name and address reserved
-	MsgDisk       = "disk"        // source: a disk stream follows on a new stream
-	MsgDiskSynced = "disk-synced" // target: that stream is received and on disk
-	MsgMemoryPass = "memory-pass" // source: a pre-copy memory pass (Iteration) follows on an images stream
-	MsgMemoryOK   = "memory-ok"   // target: that pass is stored (or the mode switched)
-	MsgMemoryMode = "memory-mode" // source: drop the passes, restore in mode Memory (lazy)
-	MsgImages     = "images"      // source: checkpoint images follow on a new stream
-	MsgImagesDone = "images-done" // target: images received
-	MsgSnapshot   = "snapshot"    // source: a snapshot (record, disk, checkpoint) follows
-	MsgSnapshotOK = "snapshot-ok" // target: that snapshot is stored
-	MsgStart      = "start"       // source: make the container run (restore or start)
-	MsgResumed    = "resumed"     // target: the container runs on the target
-	MsgPagesDone  = "pages-done"  // target: post-copy finished, every page arrived
-	MsgLogs       = "logs"        // source: the console log so far follows on a new stream
-	MsgCommit     = "commit"      // source: the source copy is gone; the move is done
-	MsgError      = "error"       // either: abort, with a reason
+	MsgAccepted   = "accepted"     // target: Hello is acceptable, name and address reserved
+	MsgDisk       = "disk"         // source: a disk stream follows on a new stream
+	MsgDiskSynced = "disk-synced"  // target: that stream is received and on disk
+	MsgMemoryPass = "memory-pass"  // source: a pre-copy memory pass (Iteration) follows on an images stream
+	MsgMemoryOK   = "memory-ok"    // target: that pass is stored (or the mode switched)
+	MsgMemoryMode = "memory-mode"  // source: drop the passes, restore in mode Memory (lazy)
+	MsgImages     = "images"       // source: checkpoint images follow on a new stream
+	MsgImagesDone = "images-done"  // target: images received
+	MsgSnapshot   = "snapshot"     // source: a snapshot (record, disk, checkpoint) follows
+	MsgSnapshotOK = "snapshot-ok"  // target: that snapshot is stored
+	MsgStart      = "start"        // source: make the container run (restore or start)
+	MsgResumed    = "resumed"      // target: the container runs on the target
+	MsgPagesDone  = "pages-done"   // target: post-copy finished, every page arrived
+	MsgLogs       = "logs"         // source: the console log so far follows on a new stream
+	MsgCommit     = "commit"       // source: the source copy is gone; the move is done
+	MsgVMDiskDone = "vm-disk-done" // source: a VM's disk mirror completed (after "start"): the target's disk is whole
+	MsgError      = "error"        // either: abort, with a reason
 )
 
 // Expect checks a received message's type; an error message from the peer

@@ -157,9 +157,6 @@ const (
 	// source QEMU's drive-mirror client to the target QEMU's NBD server,
 	// both on unix sockets the daemons relay.
 	StreamVMDisk = "vm-disk"
-	// StreamVMState carries a VM's QEMU migration stream (RAM and device
-	// state; both ways: post-copy's page requests come back on it).
-	StreamVMState = "vm-state"
 )
 
 // StreamHeader opens every data stream: what it carries.

@@ -10,7 +10,8 @@ import (
 
 // TestVMLiveMoveRoundTrip moves a small VM (256 MiB, TCG here) alpha ->
 // beta -> alpha live: the disk mirrored to the target QEMU's NBD export,
-// the RAM by QEMU's pre-copy, both through the daemons' session. A
+// the RAM by QEMU's pre-copy (there) and post-copy (back), all through
+// the daemons' session. A
 // process started in the guest before the moves runs on after each (same
 // pid, so the same guest kernel), a file written to the disk before is
 // there, the VM keeps its address, and the timing report is QEMU's. Then
@@ -32,9 +33,9 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 	}
 	check("alpha:vm1")
 
-	for i, hop := range [][2]string{{"alpha", "beta"}, {"beta", "alpha"}} {
-		from, to := hop[0], hop[1]
-		out := c.OK("move", from+":vm1", to+":", "--live", "--memory", api.MemoryCopy, "--format", "json")
+	for i, hop := range [][3]string{{"alpha", "beta", api.MemoryCopy}, {"beta", "alpha", api.MemoryLazy}} {
+		from, to, mode := hop[0], hop[1], hop[2]
+		out := c.OK("move", from+":vm1", to+":", "--live", "--memory", mode, "--format", "json")
 		var tm api.MigrationTiming
 		if err := json.Unmarshal([]byte(out), &tm); err != nil {
 			t.Fatalf("move %d: timing JSON: %v\n%s", i, err, out)
@@ -42,8 +43,11 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 		if tm.VM == nil || tm.VM.DiskBytes <= 0 || tm.VM.RAMBytes <= 0 || tm.FrozenTotal <= 0 || tm.Total < tm.FrozenTotal {
 			t.Fatalf("move %d: implausible timing %+v (vm %+v)", i, tm, tm.VM)
 		}
-		t.Logf("move %d %s->%s: disk mirror %.2fs (%d MiB), RAM %.2fs in %d passes (%d MiB), QEMU downtime %.3fs, switch-over %.3fs, frozen %.3fs, total %.2fs",
-			i, from, to, tm.VM.DiskMirror, tm.VM.DiskBytes>>20, tm.VM.RAMPrecopy, tm.VM.RAMIterations, tm.VM.RAMBytes>>20,
+		if post := tm.VM.PostcopyReason != ""; post != (mode == api.MemoryLazy) {
+			t.Errorf("move %d (%s): post-copy %q", i, mode, tm.VM.PostcopyReason)
+		}
+		t.Logf("move %d %s->%s (%s): post-copy %.3fs (%d KiB), disk mirror %.2fs (%d MiB), RAM %.2fs in %d passes (%d MiB), QEMU downtime %.3fs, switch-over %.3fs, frozen %.3fs, total %.2fs",
+			i, from, to, mode, tm.VM.Postcopy, tm.VM.PostcopyBytes>>10, tm.VM.DiskMirror, tm.VM.DiskBytes>>20, tm.VM.RAMPrecopy, tm.VM.RAMIterations, tm.VM.RAMBytes>>20,
 			tm.VM.DowntimeQEMU, tm.VM.Switchover, tm.FrozenTotal, tm.Total)
 		if _, still := listOn(t, c, from)["vm1"]; still {
 			t.Fatalf("move %d: vm1 still on %s", i, from)
