@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,9 +21,14 @@ type VMCase struct {
 	// time (the mirror's completion, "start", the target's cont).
 	DowntimeQEMUMs benchutil.Stats `json:"downtime_qemu_ms"`
 	SwitchoverMs   benchutil.Stats `json:"switchover_ms"`
-	DiskMirrorMs   benchutil.Stats `json:"disk_mirror_ms"`
-	RAMPrecopyMs   benchutil.Stats `json:"ram_precopy_ms"`
-	RAMPasses      benchutil.Stats `json:"ram_passes"`
+	// IdleHeartbeatGapMs and IdleClientGapMs are the same-run floor: the
+	// largest gaps over a window of vmIdleWindow without a move, taken
+	// before each move (TCG on a loaded host has pauses of its own).
+	IdleHeartbeatGapMs benchutil.Stats `json:"idle_heartbeat_gap_ms"`
+	IdleClientGapMs    benchutil.Stats `json:"idle_client_gap_ms"`
+	DiskMirrorMs       benchutil.Stats `json:"disk_mirror_ms"`
+	RAMPrecopyMs       benchutil.Stats `json:"ram_precopy_ms"`
+	RAMPasses          benchutil.Stats `json:"ram_passes"`
 }
 
 // VMResult is -kind vm's JSON output.
@@ -36,6 +42,10 @@ type VMResult struct {
 	Floor   Floor    `json:"floor"`
 	Caveats []string `json:"caveats"`
 }
+
+// vmIdleWindow is the floor's window without a move (about a move's
+// own: its total plus the checks around it).
+const vmIdleWindow = 2 * time.Second
 
 // vmAccel reads the VM accelerator from `vessel info` on alpha.
 func vmAccel(c *testhost.Cluster) string {
@@ -73,16 +83,27 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n, vmMiB int, mo
 	fl.runc = floor.NewRunc(r, c.Host("alpha")) // the busybox image is on alpha now
 	for _, mode := range modes {
 		sj.reset(Case{SizeMiB: vmMiB, Mode: mode, Security: "vm"})
+		var idleBeat, idleClient []float64
 		for i := 0; i < n; i++ {
+			// The floor: the same measurement over a window without a move.
+			ref := sj.at + ":" + name
+			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
+			time.Sleep(300 * time.Millisecond)
+			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
+			sj.client.reset()
+			time.Sleep(vmIdleWindow)
+			us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", ref, "--", "cat", "/tmp/beat.max")))
+			gap, _, _ := sj.client.query()
+			idleBeat, idleClient = append(idleBeat, float64(us)/1000), append(idleClient, benchutil.Ms(gap))
 			t0 := time.Now()
 			sj.move(r, c, mode, beat, echo, 0, 0)
 			t := sj.cs.Timings[len(sj.cs.Timings)-1]
-			fmt.Fprintf(os.Stderr, "vm %d MiB %s move %d: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v, total %.0f ms (%.1f s with checks)\n",
+			fmt.Fprintf(os.Stderr, "vm %d MiB %s move %d: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
 				vmMiB, mode, i, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
-				lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), t.Total*1000, time.Since(t0).Seconds())
+				lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), idleBeat[i], idleClient[i], t.Total*1000, time.Since(t0).Seconds())
 			fl.sample()
 		}
-		vc := VMCase{Case: sj.summary(mode, n)}
+		vc := VMCase{Case: sj.summary(mode, n), IdleHeartbeatGapMs: benchutil.Summarise(idleBeat), IdleClientGapMs: benchutil.Summarise(idleClient)}
 		var down, sw, disk, ram, passes []float64
 		for _, t := range vc.Timings {
 			if t.VM == nil {
