@@ -165,18 +165,12 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 
 	// The source mirrors the disk and migrates the RAM through the
 	// relays; then it says "start".
-	for {
-		var msg migration.Message
-		if err := sess.Recv(ctx, &msg); err != nil {
-			return err
-		}
-		if msg.Type == migration.MsgError {
-			return fmt.Errorf("%w: %s", migration.ErrRemote, msg.Error)
-		}
-		if msg.Type == migration.MsgStart {
-			break
-		}
-		return fmt.Errorf("%w: unexpected %q", migration.ErrProtocol, msg.Type)
+	var start migration.Message
+	if err := sess.Recv(ctx, &start); err != nil {
+		return err
+	}
+	if err := migration.Expect(start, migration.MsgStart); err != nil {
+		return err
 	}
 	if err := m.injectFault(faultBeforeRestore); err != nil {
 		return err
