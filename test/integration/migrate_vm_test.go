@@ -17,7 +17,7 @@ import (
 // there, the VM keeps its address, and the timing report is QEMU's. Then
 // the target is cut as the RAM stream arrives: the move fails naming
 // that, the VM keeps running on alpha (the process too), beta keeps
-// nothing.
+// nothing; so does the source failing once its disk mirror runs.
 func TestVMLiveMoveRoundTrip(t *testing.T) {
 	c := newCluster(t)
 	c.OK("launch", "busybox", "alpha:vm1", "--vm", "-c", "limits.memory=256MiB")
@@ -27,7 +27,8 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 	pid := strings.TrimSpace(c.OK("exec", "alpha:vm1", "--", "cat", "/root/sleep.pid"))
 	check := func(at string) {
 		t.Helper()
-		if out := c.OK("exec", at, "--", "sh", "-c", "cat /root/marker; kill -0 "+pid+" && cat /proc/"+pid+"/comm"); out != "moved-disk\nsleep\n" {
+		// The disk takes writes too (after a failed move: its mirror is gone).
+		if out := c.OK("exec", at, "--", "sh", "-c", "cat /root/marker; kill -0 "+pid+" && cat /proc/"+pid+"/comm; echo "+at+" > /root/written; sync; cat /root/written"); out != "moved-disk\nsleep\n"+at+"\n" {
 			t.Fatalf("%s: marker file and sleep %s: %q", at, pid, out)
 		}
 	}
@@ -76,6 +77,27 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 	}
 	if inst := instanceOn(t, c, "alpha:vm1"); inst.Status != api.StatusRunning {
 		t.Fatalf("vm1 on alpha after the failed move: %+v", inst)
+	}
+	check("alpha:vm1")
+	if _, ok := listOn(t, c, "beta")["vm1"]; ok {
+		t.Fatal("beta lists vm1 after the failed move")
+	}
+	noLeftovers(t, c, "vm1")
+
+	// The source fails once its disk mirror runs (the daemon restarted
+	// with the fault: vm1's QEMU runs on, adopted): the mirror is
+	// cancelled, the VM runs on, beta removes its half.
+	alpha := c.Host("alpha")
+	alpha.RestartWith("--fault", "migrate.vm.source.disk-mirror=fail")
+	r = c.Vessel("move", "alpha:vm1", "beta:", "--live")
+	alpha.RestartWith()
+	if r.Code == 0 {
+		t.Fatal("move succeeded although the source failed")
+	}
+	msg = strings.TrimPrefix(strings.TrimSpace(r.Stderr), "Error: ")
+	t.Logf("move error:\n%s", msg)
+	if first, _, _ := strings.Cut(msg, "\n"); first != "the move of vm1 to beta failed during the disk pre-copy; vm1 keeps running on alpha" {
+		t.Errorf("first line of the error: %q", first)
 	}
 	check("alpha:vm1")
 	if _, ok := listOn(t, c, "beta")["vm1"]; ok {
