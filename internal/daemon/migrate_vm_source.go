@@ -298,23 +298,23 @@ func vmPostcopyVerdict(memory string, s qemu.MigrationStatus) string {
 func (m *migrationSource) abortVM(mon *qemu.Monitor) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := m.d
-	if s, err := mon.QueryMigrate(ctx); err == nil && !s.Done() && s.Status != "none" {
-		d.undo("cancel the migration", m.name, mon.MigrateCancel(ctx))
-		_, _ = mon.WaitMigration(ctx, 10*time.Millisecond, nil) // cancelled: an error by design
-	}
-	if _, ok, err := mon.QueryBlockJob(ctx, qemu.MirrorJobID); err == nil && ok {
-		d.undo("cancel the disk mirror", m.name, mon.BlockJobCancel(ctx, qemu.MirrorJobID, true))
-		d.undo("cancel the disk mirror", m.name, mon.WaitJobGone(ctx, qemu.MirrorJobID, 10*time.Millisecond))
-	}
-	m.thawErr = resumeVMQEMU(ctx, mon)
+	m.thawErr = m.d.cancelVMMove(ctx, m.name, mon)
 	if m.thawErr != nil {
-		d.log.Error("resume the VM after a failed move", "name", m.name, "err", m.thawErr)
+		m.d.log.Error("resume the VM after a failed move", "name", m.name, "err", m.thawErr)
 	}
 }
 
-// resumeVMQEMU lets a VM run again that a migration stopped.
-func resumeVMQEMU(ctx context.Context, mon *qemu.Monitor) error {
+// cancelVMMove cancels a VM's outgoing migration and disk mirror, if
+// any, and lets the VM run again (QEMU stops it for the last pass).
+func (d *Daemon) cancelVMMove(ctx context.Context, name string, mon *qemu.Monitor) error {
+	if s, err := mon.QueryMigrate(ctx); err == nil && !s.Done() && s.Status != "none" {
+		d.undo("cancel the migration", name, mon.MigrateCancel(ctx))
+		_, _ = mon.WaitMigration(ctx, 10*time.Millisecond, nil) // cancelled: an error by design
+	}
+	if _, ok, err := mon.QueryBlockJob(ctx, qemu.MirrorJobID); err == nil && ok {
+		d.undo("cancel the disk mirror", name, mon.BlockJobCancel(ctx, qemu.MirrorJobID, true))
+		d.undo("cancel the disk mirror", name, mon.WaitJobGone(ctx, qemu.MirrorJobID, 10*time.Millisecond))
+	}
 	s, err := mon.QueryStatus(ctx)
 	if err != nil {
 		return err
@@ -331,10 +331,7 @@ func (d *Daemon) resumeVM(ctx context.Context, name string) {
 	defer cancel()
 	mon, err := qemu.Connect(mctx, qemu.Config{RunDir: d.cfg.vmRunDir(name)}.QMPSocket())
 	if err == nil {
-		if s, qerr := mon.QueryMigrate(mctx); qerr == nil && !s.Done() && s.Status != "none" {
-			d.undo("cancel the migration", name, mon.MigrateCancel(mctx))
-		}
-		err = resumeVMQEMU(mctx, mon)
+		err = d.cancelVMMove(mctx, name, mon)
 		mon.Close()
 	}
 	if err != nil {
