@@ -204,6 +204,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 		return err
 	}
 	d.log.Debug("migration target: VM runs", "name", name, "after", time.Since(t0))
+	d.announceVMInBackground(name, ep)
 	if st.Status == "completed" {
 		// The mirror is done: its export goes (post-copy's once the
 		// pages are all in).
@@ -306,6 +307,22 @@ func (m *migrationTarget) relayVMState(ctx context.Context, inSock string) {
 		return
 	}
 	relayShallow(link, c)
+}
+
+// announceVMInBackground tells the segment at once where a VM moved in
+// is now (network.AnnounceFromBridge), beside the guest's own
+// announcement; a lost one is only a warning.
+func (d *Daemon) announceVMInBackground(name string, ep network.Endpoint) {
+	mac, err := net.ParseMAC(ep.MAC)
+	if err != nil || !d.enterBackground() {
+		return
+	}
+	go func() {
+		defer d.bg.Done()
+		if err := network.AnnounceFromBridge(d.ctx, d.cfg.Bridge, mac, ep.Address.Addr()); err != nil && d.ctx.Err() == nil {
+			d.log.Warn("gratuitous ARP for a VM not sent", "name", name, "err", err)
+		}
+	}()
 }
 
 // vmMigrateCapabilities are the QEMU migration capabilities of a memory

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"encoding/json"
+	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -14,7 +16,9 @@ import (
 // the daemons' session. A
 // process started in the guest before the moves runs on after each (same
 // pid, so the same guest kernel), a file written to the disk before is
-// there, the VM keeps its address, and the timing report is QEMU's. Then
+// there, the VM keeps its address and MAC, the segment hears gratuitous
+// ARP for it and forwards its MAC to the new host, and the timing report
+// is QEMU's. Then
 // the target is cut as the RAM stream arrives: the move fails naming
 // that, the VM keeps running on alpha (the process too), beta keeps
 // nothing; so does the source failing once its disk mirror runs.
@@ -33,6 +37,10 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 		}
 	}
 	check("alpha:vm1")
+	ip := netip.MustParseAddr(addr)
+	mac := strings.TrimSpace(c.OK("exec", "alpha:vm1", "--", "cat", "/sys/class/net/eth0/address"))
+	uplinks := map[string]string{"alpha": c.Spec().Links[1], "beta": c.Spec().Links[3]}
+	arps := captureAnnouncements(t, c)
 
 	for i, hop := range [][3]string{{"alpha", "beta", api.MemoryCopy}, {"beta", "alpha", api.MemoryLazy}} {
 		from, to, mode := hop[0], hop[1], hop[2]
@@ -59,6 +67,17 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 		}
 		check(to + ":vm1")
 		noLeftovers(t, c, "vm1")
+		// The segment learns where the VM's MAC is now.
+		waitAnnouncement(t, arps, ip, mac, to)
+		eventually(t, "the segment forwarding "+mac+" to "+to, func() bool {
+			out, _ := exec.Command("bridge", "fdb", "show", "br", c.Spec().Segment).Output()
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(l, mac+" ") {
+					return strings.Contains(l, " dev "+uplinks[to]+" ")
+				}
+			}
+			return false
+		})
 	}
 
 	// The target goes away as the RAM stream reaches it (the disk mirror
