@@ -86,6 +86,14 @@ func (d *Daemon) settleInBackground(inst *instance, release func(), j state.Migr
 func (d *Daemon) settleIncoming(ctx context.Context, inst *instance, j state.Migration) error {
 	name := inst.name
 	d.dropMigrationDir(name)
+	if run := inst.live(); run != nil && isVM(inst) {
+		// A VM's journal goes with its running state: this QEMU still
+		// waited for the migration (reconcile adopted it). It goes.
+		if err := d.killAndWait(ctx, inst, run); err != nil {
+			d.log.Error("kill a half-received VM", "name", name, "err", err)
+		}
+		d.undo("cleanup a half-received VM", name, d.cleanupStopped(ctx, inst, run, false))
+	}
 	if inst.live() != nil {
 		d.log.Warn("incoming migration was interrupted after the container started here: keeping it", "name", name, "source", j.Peer)
 		return d.state.DeleteMigration(name)
@@ -164,6 +172,10 @@ func (d *Daemon) runsOnTarget(ctx context.Context, j state.Migration) (bool, err
 // resumeSource puts the source container back as it was before the move.
 func (d *Daemon) resumeSource(ctx context.Context, inst *instance, j state.Migration) {
 	name := inst.name
+	if inst.live() != nil && isVM(inst) {
+		d.resumeVM(ctx, name) // migrate_vm_source.go
+		return
+	}
 	if inst.live() != nil {
 		if err := d.net.SetHostLink(name, true); err != nil {
 			d.log.Error("network unlock after an interrupted move", "name", name, "err", err)

@@ -141,6 +141,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := checkHello(hello); err != nil {
 		return err
 	}
+	if hello.Instance.Type == state.TypeVM {
+		return d.migrateInVM(ctx, op, peer, sess, hello) // migrate_vm_target.go
+	}
 	name := hello.Instance.Name
 	// Until the container runs here the session holds a name and an
 	// address: it has MigrationTimeout for that, then it is rolled back
