@@ -173,10 +173,10 @@ func (d *Daemon) whileVMStopped(ctx context.Context, name string, fn func() erro
 	defer mon.Close()
 	t0 := time.Now()
 	if err := mon.Stop(ctx); err != nil {
-		return 0, errors.Join(err, d.resumeVM(mon))
+		return 0, errors.Join(err, d.contVM(mon))
 	}
 	ferr := fn()
-	rerr := d.resumeVM(mon)
+	rerr := d.contVM(mon)
 	return time.Since(t0), errors.Join(ferr, rerr)
 }
 
@@ -210,7 +210,7 @@ func (d *Daemon) saveVMState(ctx context.Context, op *operations.Operation, name
 			err = injected(faultVMSaved)
 		}
 	}
-	rerr := d.resumeVM(mon)
+	rerr := d.contVM(mon)
 	var frozen time.Duration
 	if !st.Stopped.IsZero() {
 		frozen = time.Since(st.Stopped)
@@ -218,11 +218,11 @@ func (d *Daemon) saveVMState(ctx context.Context, op *operations.Operation, name
 	return st, frozen, errors.Join(err, rerr)
 }
 
-// resumeVM makes a VM run again after a snapshot: `cont` from
+// contVM makes a VM run again after a snapshot: `cont` from
 // "postmigrate" (a completed save) or "paused" (a stop); a failed or
 // cancelled migration resumes it by itself, once QEMU has left its
 // completion states.
-func (d *Daemon) resumeVM(mon vmMonitor) error {
+func (d *Daemon) contVM(mon vmMonitor) error {
 	ctx, cancel := context.WithTimeout(d.ctx, vmSnapshotReadyTimeout)
 	defer cancel()
 	for {
@@ -263,7 +263,7 @@ func (d *Daemon) resumeLeftoverVM(ctx context.Context, name string) {
 		return
 	}
 	d.log.Warn("resuming a VM a snapshot left stopped (the daemon died in it)", "name", name, "status", s.Status)
-	if err := d.resumeVM(mon); err != nil {
+	if err := d.contVM(mon); err != nil {
 		d.log.Error("resume at reattach", "name", name, "err", err)
 	}
 }
