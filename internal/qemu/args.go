@@ -21,7 +21,12 @@ const TCGCacheMiB = 64
 
 // The files of a VM's run directory.
 const (
-	QMPSocketFile     = "qmp.sock"
+	QMPSocketFile = "qmp.sock"
+	// EventsSocketFile is a second QMP monitor, for the daemon to hold
+	// for the VM's life and read its events (RESET, SHUTDOWN) from: a
+	// monitor serves one client at a time, so the commands (QMPSocketFile)
+	// keep their own.
+	EventsSocketFile  = "events.sock"
 	ConsoleSocketFile = "console.sock"
 	AgentSocketFile   = "agent.sock"
 	PidFile           = "qemu.pid"
@@ -78,6 +83,7 @@ type Config struct {
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
 // its run directory.
 func (c Config) QMPSocket() string     { return filepath.Join(c.RunDir, QMPSocketFile) }
+func (c Config) EventsSocket() string  { return filepath.Join(c.RunDir, EventsSocketFile) }
 func (c Config) ConsoleSocket() string { return filepath.Join(c.RunDir, ConsoleSocketFile) }
 func (c Config) AgentSocket() string   { return filepath.Join(c.RunDir, AgentSocketFile) }
 func (c Config) PidPath() string       { return filepath.Join(c.RunDir, PidFile) }
@@ -128,7 +134,7 @@ func (c Config) validate() error {
 // bounded translation cache); direct kernel boot; the root disk on
 // virtio-blk; virtio-net on the tap; the serial console on a unix socket
 // (and logged); the agent channel; QMP on a unix socket; a pidfile, and
-// -daemonize: QEMU detaches (own session) once it is ready, and its
+// a second QMP monitor for events; -daemonize: QEMU detaches (own session) once it is ready, and its
 // parent's exit status says whether it started.
 func (c Config) Args() ([]string, error) {
 	if err := c.validate(); err != nil {
@@ -147,9 +153,11 @@ func (c Config) Args() ([]string, error) {
 	a = append(a,
 		"-smp", strconv.Itoa(c.CPUs),
 		"-m", strconv.Itoa(c.MemoryMiB),
-		// A guest that panics or reboots ends QEMU: the daemon sees the
-		// exit (as for a container's init).
-		"-no-reboot",
+		// A guest's reboot resets the machine and QEMU goes on (the
+		// daemon sees RESET on the events monitor); its poweroff ends
+		// QEMU, and so does a panic the guest reports on the pvpanic
+		// device (the daemon sees the exit, as for a container's init).
+		"-action", "reboot=reset,shutdown=poweroff,panic=shutdown",
 		"-kernel", c.Kernel,
 	)
 	if c.Initrd != "" {
@@ -183,7 +191,10 @@ func (c Config) Args() ([]string, error) {
 	}
 	a = append(a,
 		"-device", "virtio-rng-pci",
+		"-device", "pvpanic",
 		"-qmp", "unix:"+c.QMPSocket()+",server=on,wait=off",
+		"-chardev", "socket,id=events,path="+c.EventsSocket()+",server=on,wait=off",
+		"-mon", "chardev=events,mode=control",
 		"-pidfile", c.PidPath(),
 		"-daemonize",
 	)

@@ -43,10 +43,19 @@ func TestArgsTCG(t *testing.T) {
 			t.Errorf("no %s %s in %q", want[0], want[1], a)
 		}
 	}
-	for _, flag := range []string{"-daemonize", "-S", "-nodefaults", "-no-reboot"} {
+	for _, flag := range []string{"-daemonize", "-S", "-nodefaults"} {
 		if !slices.Contains(a, flag) {
 			t.Errorf("no %s", flag)
 		}
+	}
+	// A guest's reboot is a reset QEMU survives; a panic ends it.
+	if slices.Contains(a, "-no-reboot") || !slices.Contains(values(a, "-action"), "reboot=reset,shutdown=poweroff,panic=shutdown") ||
+		!slices.Contains(values(a, "-device"), "pvpanic") {
+		t.Errorf("reboot and panic actions: %q", a)
+	}
+	if !slices.Contains(values(a, "-mon"), "chardev=events,mode=control") ||
+		!strings.Contains(strings.Join(values(a, "-chardev"), " "), "socket,id=events,path=/run/vessel/vm/vm1/events.sock,server=on,wait=off") {
+		t.Errorf("no events monitor: %q", a)
 	}
 	drive := values(a, "-drive")
 	if len(drive) != 1 || !strings.Contains(drive[0], "file=/pool/vm1/disk.img,") || !strings.Contains(drive[0], "format=raw") ||
