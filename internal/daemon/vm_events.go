@@ -28,13 +28,25 @@ func (d *Daemon) watchVMEvents(name string, proc vmProcess) {
 		d.log.Warn("VM events not watched", "name", name, "err", err)
 		return
 	}
+	// The agent is dialed at once (and after each reboot): its session
+	// is ready for the first exec, and its time shows in the instance
+	// (AgentReady).
+	go d.dialAgent(ctx, name)
 	for e := range events {
 		switch e.Name {
 		case qemu.EventReset:
 			d.log.Info("VM reset (the guest rebooted)", "name", name, "reason", e.Data["reason"])
 			d.agents.drop(name)
+			go d.dialAgent(ctx, name)
 		case qemu.EventShutdown:
 			d.log.Info("VM shutting down", "name", name, "reason", e.Data["reason"])
 		}
+	}
+}
+
+// dialAgent makes the VM's agent session as soon as the guest answers.
+func (d *Daemon) dialAgent(ctx context.Context, name string) {
+	if _, err := d.agents.client(ctx, name, d.vmAgentSocket(name)); err != nil && ctx.Err() == nil {
+		d.log.Warn("the VM's agent has not answered", "name", name, "err", err)
 	}
 }

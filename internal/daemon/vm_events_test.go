@@ -14,8 +14,8 @@ import (
 )
 
 // TestVMRebootKeepsItRunning: a guest's reboot (QEMU's RESET event) leaves
-// the VM running and ends the agent session of the previous boot; the
-// next exec dials the agent again.
+// the VM running, ends the agent session of the previous boot and dials
+// the new boot's agent; the instance shows when it answered.
 func TestVMRebootKeepsItRunning(t *testing.T) {
 	td := newTestDaemon(t)
 	td.addInstance(t, "vm1", state.StateStopped, vmRecord)
@@ -56,22 +56,21 @@ func TestVMRebootKeepsItRunning(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d agent connections before the reboot", n)
 	}
+	i, err := td.GetInstance(ctx, "vm1")
+	if err != nil || i.AgentReady.IsZero() {
+		t.Fatalf("agent readiness before the reboot: %v %v", i.AgentReady, err)
+	}
 	v := td.fvm.vm("vm1")
 	select {
 	case v.events <- qemu.Event{Name: qemu.EventReset, Data: map[string]any{"guest": true, "reason": "guest-reset"}}:
 	case <-ctx.Done():
 		t.Fatal("nobody watches the VM's events")
 	}
+	// The previous boot's session is ended and the agent dialed again.
 	deadline := time.Now().Add(waitBound)
-	for {
-		td.agents.mu.Lock()
-		_, held := td.agents.vms["vm1"]
-		td.agents.mu.Unlock()
-		if !held {
-			break
-		}
+	for conns.Load() < 2 {
 		if time.Now().After(deadline) {
-			t.Fatal("the agent session outlived the guest's reboot")
+			t.Fatal("the agent was not dialed again after the guest's reboot")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -81,5 +80,8 @@ func TestVMRebootKeepsItRunning(t *testing.T) {
 	exec()
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d agent connections after the reboot, want 2", n)
+	}
+	if j, err := td.GetInstance(ctx, "vm1"); err != nil || !j.AgentReady.After(i.AgentReady) {
+		t.Fatalf("agent readiness after the reboot: %v (before: %v) %v", j.AgentReady, i.AgentReady, err)
 	}
 }

@@ -140,3 +140,31 @@ func TestIsQEMUOf(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsMicroVM: microvm gets virtio-mmio devices, ACPI (the guest finds
+// them and its power button through it) and no pvpanic; an unknown
+// machine is refused.
+func TestArgsMicroVM(t *testing.T) {
+	c := testConfig()
+	c.Machine = MachineMicroVM
+	a, err := c.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := values(a, "-machine"); len(m) != 1 || !strings.HasPrefix(m[0], "microvm,acpi=on,") {
+		t.Errorf("machine %q", m)
+	}
+	devs := strings.Join(values(a, "-device"), " ")
+	for _, d := range []string{"virtio-blk-device,drive=root,id=root-disk", "virtio-net-device,netdev=net0,", "virtio-serial-device,id=vser0", "virtio-rng-device"} {
+		if !strings.Contains(devs, d) {
+			t.Errorf("no device %s in %s", d, devs)
+		}
+	}
+	if strings.Contains(devs, "-pci") || strings.Contains(devs, "pvpanic") {
+		t.Errorf("PCI or pvpanic devices on microvm: %s", devs)
+	}
+	c.Machine = "pc"
+	if _, err := c.Args(); !errors.Is(err, ErrConfig) {
+		t.Errorf("machine pc: %v", err)
+	}
+}

@@ -24,7 +24,7 @@ import (
 var BootModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_net", "virtio_console",
 	"vmw_vsock_virtio_transport", "ext4", "virtio_rng", "button", "evdev",
-	"pvpanic_mmio",
+	"pvpanic_mmio", "virtio_mmio",
 }
 
 // Kernel is an unpacked guest kernel package.
