@@ -25,8 +25,8 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 // (the caller detaches) or the VM stops (then it returns nil).
 func (c *Client) Console(ctx context.Context, name string, stdio api.ExecIO) error {
 	_, err := c.session(ctx, "console", name, nil, stdio)
-	if err != nil && ctx.Err() != nil {
-		return nil // detached
+	if detached := ctx.Err() != nil; detached {
+		err = nil // the session's error is the cancel's
 	}
 	return err
 }
