@@ -36,7 +36,8 @@ func (s *syncBuffer) String() string {
 }
 
 // TestVMConsoleRebootPoweroff drives one busybox VM (TCG here) through
-// what a user does with a VM's serial console and its own power:
+// what a user does with a VM's serial console and its own power (and
+// `vessel info` shows its agent ready):
 //
 //   - `vessel console vm1` attaches to ttyS0 both ways: the built-in
 //     image's inittab runs no getty (it is made for containers), so the
@@ -56,6 +57,9 @@ func TestVMConsoleRebootPoweroff(t *testing.T) {
 	booted := "vessel: vm1 booted, eth0: "
 	h.waitConsole("vm1", booted, 1)
 	h.OK("exec", "vm1", "--", "true") // the agent answers
+	if info := h.OK("info", "vm1"); !strings.Contains(info, "ready since") {
+		t.Errorf("info does not show the agent ready:\n%s", info)
+	}
 
 	// A shell on the guest's serial port, as a getty would start one.
 	h.OK("exec", "vm1", "--", "sh", "-c", `setsid sh -c 'exec sh -i </dev/ttyS0 >/dev/ttyS0 2>&1' </dev/null >/dev/null 2>&1 &`)
