@@ -99,6 +99,9 @@ type vmRunner interface {
 	Find(runDir, name string) (vmProcess, error)
 	// Monitor connects to a VM's QMP socket.
 	Monitor(ctx context.Context, socket string) (vmMonitor, error)
+	// Events returns the events of a VM's events monitor until ctx ends
+	// or QEMU does (then the channel is closed).
+	Events(ctx context.Context, socket string) (<-chan qemu.Event, error)
 }
 
 // vmProcess is a running QEMU (qemu.Process).

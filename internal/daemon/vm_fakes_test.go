@@ -41,6 +41,8 @@ type fakeVM struct {
 	// "postmigrate"); mig is the fake migration (snapshot_vm_test.go).
 	status string
 	mig    fakeMigration
+	// events feeds the VM's events monitor (a test sends RESET).
+	events chan qemu.Event
 	done   chan struct{}
 	once   sync.Once
 }
@@ -83,7 +85,8 @@ func (f *fakeVMRunner) Start(ctx context.Context, cfg qemu.Config) (vmProcess, e
 	if err := os.WriteFile(filepath.Join(cfg.RunDir, qemu.PidFile), fmt.Appendf(nil, "%d\n", f.nextPid), 0o600); err != nil {
 		return nil, err
 	}
-	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost, done: make(chan struct{})}
+	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost,
+		events: make(chan qemu.Event), done: make(chan struct{})}
 	f.vms[cfg.RunDir] = v
 	return fakeVMProcess{v}, nil
 }
@@ -111,6 +114,34 @@ func (f *fakeVMRunner) Monitor(ctx context.Context, socket string) (vmMonitor, e
 		return nil, fmt.Errorf("fake qmp %s: no such socket", socket)
 	}
 	return &fakeMonitor{f: f, v: v}, nil
+}
+
+func (f *fakeVMRunner) Events(ctx context.Context, socket string) (<-chan qemu.Event, error) {
+	f.mu.Lock()
+	v := f.vms[filepath.Dir(socket)]
+	f.mu.Unlock()
+	if v == nil {
+		return nil, fmt.Errorf("fake qmp %s: no such socket", socket)
+	}
+	out := make(chan qemu.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case e := <-v.events:
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			case <-v.done:
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
 // vm returns the live fake VM of an instance, or nil.

@@ -32,7 +32,10 @@ import (
 //     cgroup, its disk throttled (QMP), then let run;
 //   - stop (askVMStop): the ACPI power button; kill: QEMU's pidfd;
 //   - the runtime state to release: the run directory (sockets, pidfile);
-//   - reconcile: a QEMU found by its pidfile is adopted.
+//   - reconcile: a QEMU found by its pidfile is adopted;
+//   - a guest's reboot (a reset QEMU survives) ends its agent session
+//     (vm_events.go); the console attaches to QEMU's serial socket
+//     (vm_console.go).
 
 // Defaults and the host-side cost of a VM.
 const (
@@ -237,6 +240,7 @@ func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context
 func (d *Daemon) trackVM(inst *instance, proc vmProcess) *running {
 	run := &running{proc: runtime.Process{InitPid: proc.Pid()}, vm: proc, exited: make(chan struct{})}
 	inst.setLive(run)
+	go d.watchVMEvents(inst.name, proc)
 	go func() {
 		<-proc.Done()
 		run.exit = runtime.Exit{Status: -1, Time: time.Now().UTC(), Err: errQEMUExit}

@@ -179,7 +179,11 @@ func TestVMGuestPowerOff(t *testing.T) {
 	}
 	td.fvm.vm("vm1").end()
 	deadline := time.Now().Add(waitBound)
-	for td.status(t, "vm1") != api.StatusStopped && time.Now().Before(deadline) {
+	// The listed status turns stopped before the record is written.
+	for time.Now().Before(deadline) {
+		if rec, _ := td.storedInstance(t, "vm1"); td.status(t, "vm1") == api.StatusStopped && rec.State == state.StateStopped {
+			break
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	td.checkVMStopped(t, "vm1")
