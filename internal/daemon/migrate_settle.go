@@ -85,7 +85,7 @@ func (d *Daemon) settleInBackground(inst *instance, release func(), j state.Migr
 // container that runs here stays; anything else received is deleted.
 func (d *Daemon) settleIncoming(ctx context.Context, inst *instance, j state.Migration) error {
 	name := inst.name
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if inst.live() != nil {
 		d.log.Warn("incoming migration was interrupted after the container started here: keeping it", "name", name, "source", j.Peer)
 		return d.state.DeleteMigration(name)
@@ -129,7 +129,7 @@ func (d *Daemon) settleOutgoing(ctx context.Context, inst *instance, j state.Mig
 		d.log.Info("interrupted move: the container resumed on this host", "name", name)
 	}
 	d.dropTransfers(ctx, name)
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if err := d.state.DeleteMigration(name); err != nil {
 		return fmt.Errorf("remove the journal of %s: %w", name, err)
 	}
