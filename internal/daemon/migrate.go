@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,10 +35,17 @@ func (d *Daemon) migrationsDir(name string) string {
 // which may already have begun.
 func (d *Daemon) newMigrationDir(name string) (string, error) {
 	root := d.migrationsDir(name)
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", err
+	for {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return "", err
+		}
+		dir, err := os.MkdirTemp(root, "m")
+		// The end of an earlier migration removes root once it is
+		// empty: make it again.
+		if !errors.Is(err, fs.ErrNotExist) {
+			return dir, err
+		}
 	}
-	return os.MkdirTemp(root, "m")
 }
 
 // migrateWorkDir is where CRIU writes a migration's logs (dump.log on the
@@ -51,6 +60,9 @@ func (c *Config) migrateWorkDir(name string) string {
 // RUN/migrate-kept/NAME-TIME for inspection, with a copy of CRIU's logs
 // (the instance's own go with it when it leaves this host).
 func (d *Daemon) dropMigrationDir(name, dir string) {
+	// The instance's directory goes with its last migration's (it
+	// stays while another one runs).
+	defer func() { _ = os.Remove(filepath.Dir(dir)) }()
 	if d.cfg.KeepMigrationFiles {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
 		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && os.Rename(dir, kept) == nil {
