@@ -332,22 +332,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
 	t0 := time.Now()
-	// A lazy restore's lazy-pages daemon starts while the root
-	// filesystem is made: neither needs the other.
-	var lazyStarted chan lazyStart
-	if m.hello.Live && m.lazyRestore() {
-		lazyStarted = make(chan lazyStart, 1)
-		go func() {
-			lp, err := m.startLazyPages(ctx)
-			lazyStarted <- lazyStart{lp, err}
-		}()
-	}
 	if err := m.disk.Commit(ctx); err != nil {
-		if lazyStarted != nil {
-			if s := <-lazyStarted; s.lp != nil {
-				s.lp.Kill()
-			}
-		}
 		return fmt.Errorf("create root filesystem: %w", err)
 	}
 	vol := containerVolume(m.name)
@@ -356,7 +341,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
 	case m.hello.Live:
-		if err := m.restore(ctx, dropJournal, lazyStarted); err != nil {
+		if err := m.restore(ctx, dropJournal); err != nil {
 			return err
 		}
 	case m.hello.Start:
@@ -378,60 +363,41 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
 }
 
-// lazyStart is the outcome of startLazyPages.
-type lazyStart struct {
-	lp  *runtime.LazyPages
-	err error
-}
-
-// startLazyPages starts a lazy restore's lazy-pages daemon and waits
-// until it listens. Post-copy's pulls the pages from the source's page
-// server through the session (a socket pair tunnelled to the source);
-// pre-copy's reads them from the images here (the passes and the final
-// dump).
-func (m *migrationTarget) startLazyPages(ctx context.Context) (*runtime.LazyPages, error) {
-	t0 := time.Now()
-	var ps *os.File
-	var err error
-	if m.hello.Memory == api.MemoryLazy {
-		if ps, err = m.tunnelPages(ctx); err != nil {
-			return nil, err
-		}
-	}
-	lp, err := m.d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
-	if ps != nil {
-		ps.Close() // the daemon has it
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := lp.WaitReady(ctx, m.work); err != nil {
-		lp.Kill()
-		return nil, err
-	}
-	m.d.log.Debug("migration target: lazy-pages daemon ready", "name", m.name, "took", time.Since(t0))
-	return lp, nil
-}
-
-// restore brings the checkpointed processes back; a lazy restore's
-// lazy-pages daemon comes from lazyStarted (startLazyPages).
-func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) error, lazyStarted <-chan lazyStart) error {
+// restore brings the checkpointed processes back. With lazy memory a
+// lazy-pages daemon fetches pages from the source's page server through the
+// session (a socket pair tunnelled to the source).
+func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) error) error {
 	d := m.d
-	var lp *runtime.LazyPages
-	if lazyStarted != nil {
-		s := <-lazyStarted
-		if s.err != nil {
-			return s.err
-		}
-		lp = s.lp
-	}
 	if err := m.injectFault(faultRestore); err != nil {
-		if lp != nil {
-			lp.Kill()
-		}
 		return err
 	}
-	m.lazy = lp
+	var lp *runtime.LazyPages
+	if m.lazyRestore() {
+		tlp := time.Now()
+		// Post-copy pulls the pages from the source's page server;
+		// pre-copy's lazy-pages reads them from the images here (the
+		// passes and the final dump).
+		var ps *os.File
+		var err error
+		if m.hello.Memory == api.MemoryLazy {
+			if ps, err = m.tunnelPages(ctx); err != nil {
+				return err
+			}
+		}
+		lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
+		if ps != nil {
+			ps.Close() // the daemon has it
+		}
+		if err != nil {
+			return err
+		}
+		if err := lp.WaitReady(ctx, m.work); err != nil {
+			lp.Kill()
+			return err
+		}
+		d.log.Debug("migration target: lazy-pages daemon ready", "name", m.name, "took", time.Since(tlp))
+		m.lazy = lp
+	}
 	t0 := time.Now()
 	defer func() { d.log.Debug("migration target: restore", "name", m.name, "took", time.Since(t0)) }()
 	// The source is frozen until we answer: a stuck restore is stopped.
