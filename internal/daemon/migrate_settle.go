@@ -85,7 +85,7 @@ func (d *Daemon) settleInBackground(inst *instance, release func(), j state.Migr
 // container that runs here stays; anything else received is deleted.
 func (d *Daemon) settleIncoming(ctx context.Context, inst *instance, j state.Migration) error {
 	name := inst.name
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if run := inst.live(); run != nil && isVM(inst) {
 		// A VM's journal goes with its running state: this QEMU still
 		// waited for the migration (reconcile adopted it). It goes.
@@ -137,7 +137,7 @@ func (d *Daemon) settleOutgoing(ctx context.Context, inst *instance, j state.Mig
 		d.log.Info("interrupted move: the container resumed on this host", "name", name)
 	}
 	d.dropTransfers(ctx, name)
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if err := d.state.DeleteMigration(name); err != nil {
 		return fmt.Errorf("remove the journal of %s: %w", name, err)
 	}

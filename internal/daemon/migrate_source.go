@@ -304,11 +304,13 @@ func (m *migrationSource) live(ctx context.Context) error {
 		return err
 	}
 
-	dir := d.migrationDir(m.name)
-	_ = os.RemoveAll(dir)
+	dir, err := d.newMigrationDir(m.name)
+	if err != nil {
+		return err
+	}
 	images, work := filepath.Join(dir, "images"), d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(work)
-	defer d.dropMigrationDir(m.name)
+	defer d.dropMigrationDir(m.name, dir)
 	ck, err := m.prepareMemory(ctx, dir, images, work)
 	if err != nil {
 		return err

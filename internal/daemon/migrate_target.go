@@ -213,7 +213,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := m.prepareDirs(); err != nil {
 		return err
 	}
-	defer d.dropMigrationDir(name)
+	defer d.dropMigrationDir(name, filepath.Dir(m.images))
 	defer m.closeDisk()
 	go m.dispatch(ctx)
 	if hello.Live {
@@ -264,8 +264,10 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 // crash makes them worthless (the source resumes): no syncs, and the
 // restore reads them from the page cache.
 func (m *migrationTarget) prepareDirs() error {
-	dir := m.d.migrationDir(m.name)
-	_ = os.RemoveAll(dir)
+	dir, err := m.d.newMigrationDir(m.name)
+	if err != nil {
+		return err
+	}
 	m.images, m.work = filepath.Join(dir, "images"), m.d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(m.work)
 	for _, p := range []string{m.images, m.work} {

@@ -118,12 +118,11 @@ func (d *Daemon) migrateOutVM(ctx context.Context, op *operations.Operation, nam
 // liveVM mirrors the disk, migrates the RAM, switches over and commits.
 func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	d, vt := m.d, m.timing.VM
-	dir := d.migrationDir(m.name)
-	_ = os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, err := d.newMigrationDir(m.name)
+	if err != nil {
 		return err
 	}
-	defer d.dropMigrationDir(m.name)
+	defer d.dropMigrationDir(m.name, dir)
 	diskSock, stateSock := filepath.Join(dir, "disk.sock"), filepath.Join(dir, "state.sock")
 	stopRelay, err := m.relayVM(diskSock)
 	if err != nil {
