@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -107,35 +106,8 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 
 	// The network and cgroup as a start makes them, QEMU paused and
 	// waiting for the migration.
-	ep, err := d.net.AttachTap(ctx, name, inst.record().Address)
+	proc, qcfg, ep, err := d.spawnVM(ctx, r, inst.record(), size, true)
 	if err != nil {
-		return errorf(ErrConflict, "network: %w", err)
-	}
-	r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
-	r.Add(func() { d.destroyCgroup(name) })
-	if err := d.applyLimits(ctx, name, size.Cgroup, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(d.cfg.logPath(name)), 0o700); err != nil {
-		return err
-	}
-	qcfg := d.vmQEMUConfig(inst.record(), size, ep)
-	qcfg.Incoming = true
-	proc, err := d.vms.Start(ctx, qcfg)
-	if err != nil {
-		return err
-	}
-	r.Add(func() {
-		kctx, cancel := context.WithTimeout(bg, killGrace)
-		defer cancel()
-		d.undo("kill qemu", name, proc.Kill(kctx))
-		d.undo("remove vm run directory", name, os.RemoveAll(qcfg.RunDir))
-	})
-	cg, err := d.instanceCgroup(name)
-	if err != nil {
-		return err
-	}
-	if err := cg.AddProc(proc.Pid()); err != nil {
 		return err
 	}
 	mon, err := qemu.Connect(ctx, qcfg.QMPSocket())
@@ -329,19 +301,4 @@ func (d *Daemon) announceVMInBackground(name string, ep network.Endpoint) {
 // mode, the same on both ends: post-copy where the mode may switch to it.
 func vmMigrateCapabilities(memory string) map[string]bool {
 	return map[string]bool{"postcopy-ram": memory != api.MemoryCopy}
-}
-
-// vmQEMUConfig is the QEMU configuration of a VM instance on this host
-// with its tap ep (as startVM makes it).
-func (d *Daemon) vmQEMUConfig(rec state.Instance, size vmSizing, ep network.Endpoint) qemu.Config {
-	return qemu.Config{
-		Name: rec.Name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
-		Cmdline: vm.Cmdline(vm.Boot{Hostname: rec.Name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
-			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
-		}}),
-		Disk:   qemu.Disk{Path: d.vmDisk(rec.Name)},
-		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
-		RunDir: d.cfg.vmRunDir(rec.Name), ConsoleLog: d.cfg.logPath(rec.Name),
-		Paused: true,
-	}
 }

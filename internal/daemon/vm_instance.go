@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/runtime"
@@ -162,46 +163,8 @@ func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context
 	}
 	r := revert.New()
 	defer r.Fail()
-	bg := context.WithoutCancel(ctx)
-	ep, err := d.net.AttachTap(ctx, name, rec.Address)
+	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, load != nil)
 	if err != nil {
-		return errorf(ErrConflict, "network: %w", err)
-	}
-	r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
-	r.Add(func() { d.destroyCgroup(name) })
-	if err := d.applyLimits(ctx, name, size.Cgroup, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(d.cfg.logPath(name)), 0o700); err != nil {
-		return err
-	}
-	qcfg := qemu.Config{
-		Name: name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
-		Cmdline: vm.Cmdline(vm.Boot{Hostname: name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
-			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
-		}}),
-		Disk:   qemu.Disk{Path: d.vmDisk(name)},
-		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
-		RunDir: d.cfg.vmRunDir(name), ConsoleLog: d.cfg.logPath(name),
-		// Paused until it is in its cgroup, with its disk throttled.
-		Paused:   true,
-		Incoming: load != nil,
-	}
-	proc, err := d.vms.Start(ctx, qcfg)
-	if err != nil {
-		return err
-	}
-	r.Add(func() {
-		kctx, cancel := context.WithTimeout(bg, killGrace)
-		defer cancel()
-		d.undo("kill qemu", name, proc.Kill(kctx))
-		d.undo("remove vm run directory", name, os.RemoveAll(qcfg.RunDir))
-	})
-	cg, err := d.instanceCgroup(name)
-	if err != nil {
-		return err
-	}
-	if err := cg.AddProc(proc.Pid()); err != nil {
 		return err
 	}
 	mon, err := d.vms.Monitor(ctx, qcfg.QMPSocket())
@@ -233,6 +196,60 @@ func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context
 	}
 	r.Success()
 	return nil
+}
+
+// spawnVM makes what a VM's QEMU runs in (its tap, its cgroup with the
+// limits) and starts QEMU in it, paused until its disk is throttled (with
+// incoming, waiting for its state: -incoming defer). r undoes each step.
+func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, incoming bool) (vmProcess, qemu.Config, network.Endpoint, error) {
+	name := rec.Name
+	bg := context.WithoutCancel(ctx)
+	ep, err := d.net.AttachTap(ctx, name, rec.Address)
+	if err != nil {
+		return nil, qemu.Config{}, ep, errorf(ErrConflict, "network: %w", err)
+	}
+	r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
+	r.Add(func() { d.destroyCgroup(name) })
+	if err := d.applyLimits(ctx, name, size.Cgroup, 0); err != nil {
+		return nil, qemu.Config{}, ep, fmt.Errorf("limits of %s: %w", name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(d.cfg.logPath(name)), 0o700); err != nil {
+		return nil, qemu.Config{}, ep, err
+	}
+	qcfg := d.vmQEMUConfig(rec, size, ep)
+	qcfg.Incoming = incoming
+	proc, err := d.vms.Start(ctx, qcfg)
+	if err != nil {
+		return nil, qcfg, ep, err
+	}
+	r.Add(func() {
+		kctx, cancel := context.WithTimeout(bg, killGrace)
+		defer cancel()
+		d.undo("kill qemu", name, proc.Kill(kctx))
+		d.undo("remove vm run directory", name, os.RemoveAll(qcfg.RunDir))
+	})
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return nil, qcfg, ep, err
+	}
+	if err := cg.AddProc(proc.Pid()); err != nil {
+		return nil, qcfg, ep, err
+	}
+	return proc, qcfg, ep, nil
+}
+
+// vmQEMUConfig is the QEMU a VM runs in (paused at its start).
+func (d *Daemon) vmQEMUConfig(rec state.Instance, size vmSizing, ep network.Endpoint) qemu.Config {
+	return qemu.Config{
+		Name: rec.Name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
+		Cmdline: vm.Cmdline(vm.Boot{Hostname: rec.Name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
+			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
+		}}),
+		Disk:   qemu.Disk{Path: d.vmDisk(rec.Name)},
+		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
+		RunDir: d.cfg.vmRunDir(rec.Name), ConsoleLog: d.cfg.logPath(rec.Name),
+		Paused: true,
+	}
 }
 
 // trackVM registers a VM's QEMU and watches for its end. vessel is not
