@@ -4,7 +4,14 @@
 // `runc run -d` / kill+delete of an equivalent bundle (same generated spec,
 // a btrfs snapshot of the same image on the same pool). It prints JSON.
 //
-//	go run ./bench/lifecycle -n 20
+// With -vm N it then boots N busybox VMs (`launch --vm`, 256 MiB, 1 vCPU)
+// interleaved with N more containers: a VM's time is launch until its
+// guest agent answers (`vessel exec VM true` succeeding, the first exec
+// waits for the agent), a container's the same launch + exec. The
+// accelerator (kvm or tcg) is in the JSON: under TCG the figures are not
+// KVM's.
+//
+//	go run ./bench/lifecycle -n 20 -vm 8
 package main
 
 import (
@@ -34,6 +41,9 @@ type Result struct {
 		RunMs        benchutil.Stats `json:"run_ms"`
 		KillDeleteMs benchutil.Stats `json:"kill_delete_ms"`
 	} `json:"runc"`
+	// VM: launch --vm until the agent answers, beside containers in the
+	// same phase (launch + exec true).
+	VM     *VMResult `json:"vm,omitempty"`
 	Ratios struct {
 		LaunchVsRunc     float64 `json:"launch_vs_runc"`
 		StopDeleteVsRunc float64 `json:"stop_delete_vs_runc"`
@@ -43,8 +53,61 @@ type Result struct {
 	Reference map[string]float64 `json:"reference"`
 }
 
+// VMResult is the VM phase's figures.
+type VMResult struct {
+	N     int    `json:"n"`
+	Accel string `json:"accel"`
+	// LaunchMs is until the CLI returns (QEMU started and let run).
+	LaunchMs benchutil.Stats `json:"launch_ms"`
+	// AgentMs is launch until `vessel exec VM true` succeeded.
+	AgentMs benchutil.Stats `json:"launch_to_agent_ms"`
+	// ContainerMs is a container's launch + `vessel exec C true`,
+	// interleaved with the VMs.
+	ContainerMs    benchutil.Stats `json:"container_launch_exec_ms"`
+	DeleteForceMs  benchutil.Stats `json:"vm_delete_force_ms"`
+	AgentVsContain float64         `json:"agent_vs_container"`
+}
+
+// vmPhase boots n VMs interleaved with n containers (see VMResult).
+func vmPhase(h *testhost.Host, n int) *VMResult {
+	res := &VMResult{N: n, Accel: h.ServerInfo().Host.VMAccel}
+	// Warm-up: the first VM launch builds the image's VM disk and the
+	// initramfs.
+	h.OK("launch", "busybox", "vmwarm", "--vm", "-c", "limits.memory=256MiB")
+	h.OK("exec", "vmwarm", "--", "true")
+	h.OK("delete", "--force", "vmwarm")
+	var launch, agent, cont, del []float64
+	for i := range n {
+		for k := range 2 {
+			if (i+k)%2 == 0 {
+				name := fmt.Sprintf("bv%d", i)
+				t0 := time.Now()
+				h.OK("launch", "busybox", name, "--vm", "-c", "limits.memory=256MiB")
+				launch = append(launch, benchutil.Ms(time.Since(t0)))
+				h.OK("exec", name, "--", "true")
+				agent = append(agent, benchutil.Ms(time.Since(t0)))
+				t0 = time.Now()
+				h.OK("delete", "--force", name)
+				del = append(del, benchutil.Ms(time.Since(t0)))
+			} else {
+				name := fmt.Sprintf("bc%d", i)
+				t0 := time.Now()
+				h.OK("launch", "busybox", name)
+				h.OK("exec", name, "--", "true")
+				cont = append(cont, benchutil.Ms(time.Since(t0)))
+				h.OK("delete", "--force", name)
+			}
+		}
+	}
+	res.LaunchMs, res.AgentMs = benchutil.Summarise(launch), benchutil.Summarise(agent)
+	res.ContainerMs, res.DeleteForceMs = benchutil.Summarise(cont), benchutil.Summarise(del)
+	res.AgentVsContain = benchutil.Ratio(res.AgentMs.Median, res.ContainerMs.Median)
+	return res
+}
+
 func main() {
 	n := flag.Int("n", 20, "containers to launch")
+	vms := flag.Int("vm", 0, "VMs to boot (launch --vm until the agent answers), interleaved with as many containers")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	flag.Parse()
 
@@ -116,6 +179,9 @@ func main() {
 	res.Ratios.StopDeleteVsRunc = benchutil.Ratio(res.Vessel.StopDeleteMs.Median, res.Runc.KillDeleteMs.Median)
 	res.Ratios.UnprivilegedVsPrivileged = benchutil.Ratio(res.Vessel.LaunchMs.Median, res.Vessel.PrivilegedLaunchMs.Median)
 	res.Reference = map[string]float64{"incus_6.0.4_launch_ms": 212}
+	if *vms > 0 {
+		res.VM = vmPhase(h, *vms)
+	}
 
 	benchutil.Emit(r, res, *out)
 }

@@ -16,6 +16,7 @@
 //
 //	go run ./bench/migrate -n 20 -sizes 0 -modes copy,lazy
 //	go run ./bench/migrate -n 10 -sizes 0,2048 -modes copy,lazy,precopy
+//	go run ./bench/migrate -kind vm -n 10 -modes copy,lazy   # an idle VM (vm.go)
 package main
 
 import (
@@ -95,6 +96,8 @@ func main() {
 	rate := flag.Int("rate", 64, "MiB/s of memory rewritten by the workload")
 	out := flag.String("o", "", "write JSON here as well as to stdout")
 	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
+	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
+	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
@@ -119,6 +122,10 @@ func main() {
 			"incus_6.0.4_frozen_ms": 430, "incus_6.0.4_wall_ms": 1430, "openvz_best_frozen_ms": 1380,
 		}}
 	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
+	if *kind == "vm" {
+		benchutil.Emit(r, runVM(r, c, fl, *n, *vmMiB, strings.Split(*modesFlag, ","), beat, echo), *out)
+		return
+	}
 	secs := strings.Split(*secFlag, ",")
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		size, err := strconv.Atoi(strings.TrimSpace(s))

@@ -28,7 +28,11 @@
 // copied by QEMU's migration threads on the host whatever runs the vCPUs,
 // so the figures are about the host's disk path.
 //
+// With -api-sizes it also runs the stateful snapshot and restore of a VM
+// through vessel itself (a vesseld on its own btrfs pool; see APIResult).
+//
 //	go run ./bench/vmsnapshot -n 3 -sizes 2048,8192 -out /work/benchres13/vmsnapshot.json
+//	go run ./bench/vmsnapshot -pools '' -channels '' -api-sizes 2048 -api-n 3
 package main
 
 import (
@@ -64,6 +68,8 @@ type Result struct {
 	LoadAvgEnd      string            `json:"loadavg_end"`
 	Sweep           *Sweep            `json:"channel_sweep,omitempty"`
 	Pools           []PoolResult      `json:"pools"`
+	// API is the same save and load through vessel (-api-sizes).
+	API []APIResult `json:"api,omitempty"`
 }
 
 // Sweep is the multifd channel count sweep.
@@ -164,6 +170,8 @@ func main() {
 	savevm := flag.Bool("savevm", true, "include the legacy savevm/loadvm")
 	work := flag.String("work", "/var/tmp", "directory for the pool file and the root-filesystem state dir")
 	out := flag.String("out", "", "also write the JSON here")
+	apiSizes := flag.String("api-sizes", "", "guest memory sizes (MiB) of the runs through vessel's API: a VM's `snapshot create/restore --stateful` (empty: none)")
+	apiN := flag.Int("api-n", 3, "runs per size through the API")
 	flag.Parse()
 
 	r := testhost.NewRunner()
@@ -199,6 +207,9 @@ func main() {
 	// Pools are made one at a time, when their turn comes: the btrfs pool
 	// waits for the shared root-tests lock, which other work may hold long.
 	for _, name := range strings.Split(*pools, ",") {
+		if name == "" {
+			continue
+		}
 		var p pool
 		switch name {
 		case "btrfs":
@@ -223,6 +234,10 @@ func main() {
 			pr.Sizes = append(pr.Sizes, sr)
 		}
 		res.Pools = append(res.Pools, pr)
+	}
+	if *apiSizes != "" {
+		res.API = apiBench(r, ints(r, *apiSizes), *apiN)
+		r.Logf("api: %s", jsonString(res.API))
 	}
 	res.LoadAvgEnd = loadavg()
 	benchutil.Emit(r, res, *out)

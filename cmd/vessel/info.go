@@ -140,6 +140,13 @@ func instancePairs(i api.Instance) [][2]string {
 	if i.PID != 0 {
 		p = append(p, [2]string{"PID", fmt.Sprint(i.PID)})
 	}
+	if i.Type == api.InstanceVM && i.Status == api.StatusRunning {
+		agent := "not answering yet (booting)"
+		if !i.AgentReady.IsZero() {
+			agent = "ready since " + i.AgentReady.Local().Format(time.RFC3339)
+		}
+		p = append(p, [2]string{"Agent", agent})
+	}
 	if e := i.LastExit; e != nil && i.Status != api.StatusRunning {
 		how := fmt.Sprintf("status %d", e.Status)
 		if e.Signal != "" {

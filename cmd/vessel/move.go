@@ -18,7 +18,7 @@ func newMoveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "move [REMOTE:]NAME REMOTE:[NEWNAME]",
 		Aliases: []string{"migrate"},
-		Short:   "Move a container to another host (--live keeps it running)",
+		Short:   "Move an instance to another host (--live keeps it running)",
 		Long: `Move a container to another host. Without --live a running container is
 stopped, moved and started again. With --live it keeps running: its disk is
 copied while it runs, then it is frozen for a moment to checkpoint it and
@@ -32,6 +32,11 @@ than 6 MiB (less frozen time than setting up post-copy); anything bigger
 starts pre-copy, whose first passes measure the container's dirty rate and
 the link: where post-copy would freeze it for less, the passes are dropped
 and it moves post-copy. --timing shows the passes and the mode used.
+
+A virtual machine moves live only: QEMU mirrors its disk to the target and
+migrates its RAM in passes while it runs (--memory=copy or precopy),
+switches to post-copy at once (lazy) or when the guest dirties memory
+faster than the link moves it (auto).
 
 The source host must have the target as a peer ('vessel peer add').`,
 		Example: `  vessel move alpha:web1 beta: --live --timing
@@ -114,6 +119,23 @@ func timingTable(t api.MigrationTiming) string {
 		}
 	}
 	fmt.Fprintf(&b, "Timing (%s):\n", t.Mode)
+	if v := t.VM; v != nil {
+		// A VM's move, as QEMU reports it.
+		row("disk mirror (in sync)", v.DiskMirror, v.DiskBytes)
+		row(fmt.Sprintf("RAM pre-copy (%d passes)", v.RAMIterations), v.RAMPrecopy, v.RAMBytes)
+		if v.PostcopyReason != "" {
+			fmt.Fprintf(&b, "post-copy: %s\n", v.PostcopyReason)
+		}
+		row("downtime (QEMU)", v.DowntimeQEMU, 0)
+		row("switch-over", v.Switchover, 0)
+		b.WriteString(strings.Repeat("-", 48) + "\n")
+		row("total frozen", t.FrozenTotal, 0)
+		if v.Postcopy > 0 || v.PostcopyBytes > 0 {
+			row("post-copy (after resume)", v.Postcopy, v.PostcopyBytes)
+		}
+		row("total", t.Total, 0)
+		return b.String()
+	}
 	row(fmt.Sprintf("precopy (%d iterations)", t.PrecopyIterations), t.Precopy, t.PrecopyBytes)
 	for i, p := range t.MemoryPasses {
 		row(fmt.Sprintf("  memory pass %d", i), p.Seconds, p.Bytes)

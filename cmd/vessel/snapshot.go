@@ -15,7 +15,7 @@ import (
 func newSnapshotCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
-		Short: "Create, list, restore and delete container snapshots (disk, and with --stateful memory)",
+		Short: "Create, list, restore and delete snapshots of containers and VMs (disk, and with --stateful memory)",
 	}
 	cmd.AddCommand(newSnapshotCreateCmd(g), newSnapshotListCmd(), newSnapshotRestoreCmd(g), newSnapshotDeleteCmd(g))
 	return cmd
@@ -25,14 +25,19 @@ func newSnapshotCreateCmd(g *globals) *cobra.Command {
 	var stateful bool
 	cmd := &cobra.Command{
 		Use:   "create [REMOTE:]NAME [SNAP]",
-		Short: "Snapshot a container (frozen only for the instant of the copy)",
+		Short: "Snapshot a container or VM (frozen only for the instant of the copy)",
 		Long: `Snapshot a container's disk: on btrfs a read-only subvolume snapshot, taken
 while the container is frozen (constant time); on the dir driver a full copy
 (slow: the container stays frozen while its files are copied).
 
 --stateful also saves the running container's memory and processes with CRIU
 at the same frozen instant; the container keeps running. Ctrl-C cancels and
-leaves nothing behind.`,
+leaves nothing behind.
+
+A VM's disk is snapshotted while its vCPUs are stopped (QEMU flushes the disk
+first). --stateful saves its memory and device state to a file on the pool
+while it runs (QEMU's mapped-ram migration, O_DIRECT, several streams); the
+vCPUs stop only for the last pass, when the disk is taken.`,
 		Example: `  vessel snapshot create web1
   vessel snapshot create web1 before-upgrade --stateful`,
 		Args: cobra.RangeArgs(1, 2),
@@ -59,7 +64,7 @@ leaves nothing behind.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&stateful, "stateful", false, "also save memory and process state (CRIU)")
+	cmd.Flags().BoolVar(&stateful, "stateful", false, "also save memory and process state (CRIU; a VM's memory and devices)")
 	return cmd
 }
 
@@ -95,11 +100,12 @@ func newSnapshotRestoreCmd(g *globals) *cobra.Command {
 	var req api.SnapshotRestorePost
 	cmd := &cobra.Command{
 		Use:   "restore [REMOTE:]NAME SNAP",
-		Short: "Roll a container back to a snapshot (--stateful: its processes too)",
+		Short: "Roll a container or VM back to a snapshot (--stateful: its processes too)",
 		Long: `Roll a container's disk back to a snapshot. A running container needs
 --force: it is stopped first and, after a disk-only restore, started again.
 --stateful brings back the processes and memory saved by a stateful
-snapshot, running, exactly where they were.`,
+snapshot, running, exactly where they were (a VM: a new QEMU loads the saved
+state; its vCPUs and memory must be the snapshot's).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, r, err := connect(args[0])
@@ -118,7 +124,7 @@ snapshot, running, exactly where they were.`,
 		},
 	}
 	cmd.Flags().BoolVar(&req.Stateful, "stateful", false, "restore memory and processes too")
-	cmd.Flags().BoolVarP(&req.Force, "force", "f", false, "stop a running container first")
+	cmd.Flags().BoolVarP(&req.Force, "force", "f", false, "stop a running instance first")
 	return cmd
 }
 

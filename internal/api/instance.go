@@ -32,6 +32,9 @@ type Instance struct {
 	Location   string            `json:"location,omitempty"`
 	StopSignal string            `json:"stop_signal,omitempty"`
 	LastExit   *InstanceExit     `json:"last_exit,omitempty"`
+	// AgentReady is when a running VM's guest agent answered since the
+	// guest last booted (zero: not yet, or a container).
+	AgentReady time.Time `json:"agent_ready,omitzero"`
 	// Privileged says the container runs without a user namespace of its
 	// own (security.privileged=true): its root is the host's root.
 	Privileged bool `json:"privileged"`

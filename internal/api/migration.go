@@ -46,6 +46,26 @@ type MigrationTiming struct {
 	MemoryPasses []MemoryPass `json:"memory_passes,omitempty"`
 	// AutoChoice says why --memory=auto picked its mode, where it measured.
 	AutoChoice string `json:"auto_choice,omitempty"`
+	// VM is a virtual machine's move, as QEMU reports it.
+	VM *VMMoveTiming `json:"vm,omitempty"`
+}
+
+// VMMoveTiming is a VM's live move: the disk mirror until in sync, the
+// RAM pre-copy (QEMU's passes), the stop QEMU measured (downtime), the
+// switch-over until the target runs it, and the post-copy window.
+type VMMoveTiming struct {
+	DiskMirror     float64 `json:"disk_mirror"`
+	DiskBytes      int64   `json:"disk_bytes"`
+	RAMPrecopy     float64 `json:"ram_precopy"`
+	RAMIterations  int64   `json:"ram_iterations"`
+	RAMBytes       int64   `json:"ram_bytes"`
+	DowntimeQEMU   float64 `json:"downtime_qemu"`
+	Switchover     float64 `json:"switchover"`
+	Postcopy       float64 `json:"postcopy,omitempty"`
+	PostcopyBytes  int64   `json:"postcopy_bytes,omitempty"`
+	PostcopyReason string  `json:"postcopy_reason,omitempty"`
+	DirtyPagesRate int64   `json:"dirty_pages_rate,omitempty"`
+	LinkMbps       float64 `json:"link_mbps,omitempty"`
 }
 
 // MemoryPass is one pre-copy memory pass: the pages CRIU wrote while the

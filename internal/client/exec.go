@@ -18,7 +18,24 @@ import (
 // streams are wired to the command's; its Resize changes (a terminal's)
 // are forwarded until it is closed.
 func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error) {
-	url := "ws" + c.base[len("http"):] + "/1.0/instances/" + esc(name) + "/exec"
+	return c.session(ctx, "exec", name, req, stdio)
+}
+
+// Console attaches stdio to a running VM's serial console until ctx ends
+// (the caller detaches) or the VM stops (then it returns nil).
+func (c *Client) Console(ctx context.Context, name string, stdio api.ExecIO) error {
+	_, err := c.session(ctx, "console", name, nil, stdio)
+	if detached := ctx.Err() != nil; detached {
+		err = nil // the session's error is the cancel's
+	}
+	return err
+}
+
+// session runs one websocket session of the exec framing (api.ExecPost)
+// on the instance's route: first (when not nil) as its first message,
+// then stdio both ways until the server's exit message.
+func (c *Client) session(ctx context.Context, route, name string, first any, stdio api.ExecIO) (int, error) {
+	url := "ws" + c.base[len("http"):] + "/1.0/instances/" + esc(name) + "/" + route
 	conn, resp, err := c.ws.DialContext(ctx, url, nil)
 	if err != nil {
 		if resp != nil {
@@ -27,11 +44,13 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 				return -1, derr
 			}
 		}
-		return -1, fmt.Errorf("exec: %w", err)
+		return -1, fmt.Errorf("%s: %w", route, err)
 	}
 	defer conn.Close()
-	if err := conn.WriteJSON(req); err != nil {
-		return -1, err
+	if first != nil {
+		if err := conn.WriteJSON(first); err != nil {
+			return -1, err
+		}
 	}
 
 	var wmu sync.Mutex
@@ -93,7 +112,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 			if ctx.Err() != nil {
 				return -1, ctx.Err()
 			}
-			return -1, fmt.Errorf("exec: connection lost before the command's exit code arrived: %w", err)
+			return -1, fmt.Errorf("%s: connection lost before the server's exit message arrived: %w", route, err)
 		}
 		switch mt {
 		case websocket.BinaryMessage:
@@ -115,7 +134,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecPost, stdio 
 		case websocket.TextMessage:
 			var ctl api.ExecControl
 			if err := json.Unmarshal(data, &ctl); err != nil {
-				return -1, fmt.Errorf("exec: bad control message: %w", err)
+				return -1, fmt.Errorf("%s: bad control message: %w", route, err)
 			}
 			switch ctl.Type {
 			case api.ExecExit:

@@ -55,8 +55,9 @@ type Daemon struct {
 	storage  storage.Driver
 	net      instanceNetwork
 	rt       instanceRuntime
-	vms      vmRunner // QEMU for VM instances (vm_instance.go)
-	agents   vmAgents // the running VMs' agent sessions (vm_agent.go)
+	vms      vmRunner   // QEMU for VM instances (vm_instance.go)
+	agents   vmAgents   // the running VMs' agent sessions (vm_agent.go)
+	consoles vmConsoles // the VMs whose serial console is attached (vm_console.go)
 	// cgroupsFor opens a cgroup (cgroups.New); peerAPIFor connects to a
 	// peer host (client.NewHTTPS): seams for the unit tests' fakes.
 	cgroupsFor cgroupsFunc

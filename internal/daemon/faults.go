@@ -23,9 +23,12 @@ import (
 //	migrate.source.frozen          the source has checkpointed the container
 //	migrate.source.started         the source has told the target to start it
 //	migrate.target.reserved        the target has reserved the name (record and journal)
+//	migrate.vm.source.disk-mirror  a VM's disk mirror has started (source)
+//	migrate.vm.target.incoming     a VM's migration stream (RAM) arrives at the target
 //	instance.start.launched        a start or restore has made the processes, not yet recorded them
 //	instance.create.volume         a create has made the volume, not yet recorded it complete
 //	snapshot.restore.deleted       a snapshot restore has deleted the old disk, not yet cloned the new
+//	snapshot.vm.saved              a VM's stateful snapshot has saved its state and disk, the VM is still stopped ("fail" too)
 //
 // Actions: "cut" closes the migration connection abruptly (a vanished
 // peer), "fail" reports an error to the peer, "crash" kills the daemon

@@ -40,6 +40,7 @@ func (d *Daemon) render(inst *instance) api.Instance {
 		out.PID = run.proc.InitPid
 		if run.vm != nil {
 			out.PID = run.vm.Pid()
+			out.AgentReady = d.agents.readySince(rec.Name)
 		}
 	}
 	if e := rec.LastExit; e != nil {

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,9 +22,30 @@ const (
 	StatusMigrating = "Migrating"
 )
 
-// migrationDir holds a migration's checkpoint images and CRIU work files.
-func (d *Daemon) migrationDir(name string) string {
+// migrationsDir holds an instance's migrations' checkpoint images, one
+// directory per migration (newMigrationDir).
+func (d *Daemon) migrationsDir(name string) string {
 	return filepath.Join(d.cfg.migrationsRoot(), name)
+}
+
+// newMigrationDir makes the directory of one migration of name. Each has
+// its own: a move's end can outlive the instance's lock (the target copies
+// pre-copy memory in from its images, the source serves post-copy pages),
+// and must not remove the files of the next move of the same instance,
+// which may already have begun.
+func (d *Daemon) newMigrationDir(name string) (string, error) {
+	root := d.migrationsDir(name)
+	for {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return "", err
+		}
+		dir, err := os.MkdirTemp(root, "m")
+		// The end of an earlier migration removes root once it is
+		// empty: make it again.
+		if !errors.Is(err, fs.ErrNotExist) {
+			return dir, err
+		}
+	}
 }
 
 // migrateWorkDir is where CRIU writes a migration's logs (dump.log on the
@@ -32,11 +55,14 @@ func (c *Config) migrateWorkDir(name string) string {
 	return filepath.Join(c.RunDir, "criu", name, "migrate")
 }
 
-// dropMigrationDir removes a migration's files, or with KeepMigrationFiles
-// moves them to RUN/migrate-kept/NAME-TIME for inspection, with a copy of
-// CRIU's logs (the instance's own go with it when it leaves this host).
-func (d *Daemon) dropMigrationDir(name string) {
-	dir := d.migrationDir(name)
+// dropMigrationDir removes one migration's files (dir, from
+// newMigrationDir), or with KeepMigrationFiles moves them to
+// RUN/migrate-kept/NAME-TIME for inspection, with a copy of CRIU's logs
+// (the instance's own go with it when it leaves this host).
+func (d *Daemon) dropMigrationDir(name, dir string) {
+	// The instance's directory goes with its last migration's (it
+	// stays while another one runs).
+	defer func() { _ = os.Remove(filepath.Dir(dir)) }()
 	if d.cfg.KeepMigrationFiles {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
 		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && keepMigrationFiles(dir, kept) == nil {
@@ -53,14 +79,25 @@ func (d *Daemon) dropMigrationDir(name string) {
 	_ = os.RemoveAll(dir)
 }
 
+// dropMigrationDirs removes the files of every migration of name; the
+// caller holds its lock and no migration of it runs (a settle after a
+// crash, or the source copy of a moved instance going away).
+func (d *Daemon) dropMigrationDirs(name string) {
+	dirs, _ := os.ReadDir(d.migrationsDir(name))
+	for _, e := range dirs {
+		d.dropMigrationDir(name, filepath.Join(d.migrationsDir(name), e.Name()))
+	}
+	_ = os.Remove(d.migrationsDir(name))
+}
+
 func toWire(i state.Instance) migration.Instance {
 	return migration.Instance{Name: i.Name, Image: i.Image, Created: i.Created, Config: i.Config,
 		Init: i.Init, Env: i.Env, Cwd: i.Cwd, StopSignal: i.StopSignal, OS: migration.OS(i.OS), Address: i.Address,
-		IDMap: (*migration.IDMap)(i.IDMap)}
+		IDMap: (*migration.IDMap)(i.IDMap), Type: i.Type}
 }
 
 func fromWire(w migration.Instance) state.Instance {
 	return state.Instance{Name: w.Name, Image: w.Image, Created: w.Created, Config: w.Config,
 		Init: w.Init, Env: w.Env, Cwd: w.Cwd, StopSignal: w.StopSignal, OS: state.OS(w.OS), Address: w.Address,
-		IDMap: (*state.IDMap)(w.IDMap)}
+		IDMap: (*state.IDMap)(w.IDMap), Type: w.Type}
 }

@@ -85,7 +85,15 @@ func (d *Daemon) settleInBackground(inst *instance, release func(), j state.Migr
 // container that runs here stays; anything else received is deleted.
 func (d *Daemon) settleIncoming(ctx context.Context, inst *instance, j state.Migration) error {
 	name := inst.name
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
+	if run := inst.live(); run != nil && isVM(inst) {
+		// A VM's journal goes with its running state: this QEMU still
+		// waited for the migration (reconcile adopted it). It goes.
+		if err := d.killAndWait(ctx, inst, run); err != nil {
+			d.log.Error("kill a half-received VM", "name", name, "err", err)
+		}
+		d.undo("cleanup a half-received VM", name, d.cleanupStopped(ctx, inst, run, false))
+	}
 	if inst.live() != nil {
 		d.log.Warn("incoming migration was interrupted after the container started here: keeping it", "name", name, "source", j.Peer)
 		return d.state.DeleteMigration(name)
@@ -129,7 +137,7 @@ func (d *Daemon) settleOutgoing(ctx context.Context, inst *instance, j state.Mig
 		d.log.Info("interrupted move: the container resumed on this host", "name", name)
 	}
 	d.dropTransfers(ctx, name)
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if err := d.state.DeleteMigration(name); err != nil {
 		return fmt.Errorf("remove the journal of %s: %w", name, err)
 	}
@@ -164,6 +172,10 @@ func (d *Daemon) runsOnTarget(ctx context.Context, j state.Migration) (bool, err
 // resumeSource puts the source container back as it was before the move.
 func (d *Daemon) resumeSource(ctx context.Context, inst *instance, j state.Migration) {
 	name := inst.name
+	if inst.live() != nil && isVM(inst) {
+		d.resumeVM(ctx, name) // migrate_vm_source.go
+		return
+	}
 	if inst.live() != nil {
 		if err := d.net.SetHostLink(name, true); err != nil {
 			d.log.Error("network unlock after an interrupted move", "name", name, "err", err)

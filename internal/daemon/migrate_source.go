@@ -20,9 +20,8 @@ import (
 // an operation whose metadata carries the progress and, at the end, the
 // per-phase timing report ("timing").
 func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.InstanceMigratePost) (*operations.Operation, error) {
-	if inst, err := d.instance(name); err != nil {
-		return nil, err
-	} else if err := refuseVM(inst, "moving"); err != nil {
+	inst, err := d.instance(name)
+	if err != nil {
 		return nil, err
 	}
 	if req.TargetFingerprint == d.fingerprint {
@@ -48,6 +47,12 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
 	}
+	vmMove := isVM(inst)
+	if vmMove {
+		if err := d.checkVMMove(inst, &req); err != nil {
+			return nil, err
+		}
+	}
 	act := actMove
 	if req.Live {
 		act = actLiveMove
@@ -55,7 +60,7 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if _, err := d.checkNow(name, act, false); err != nil {
 		return nil, err
 	}
-	if req.Live {
+	if req.Live && !vmMove {
 		if err := d.checkDumpable(name); err != nil {
 			return nil, err
 		}
@@ -65,6 +70,9 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 		desc = "Copying instance"
 	}
 	return d.ops.Start(d.ctx, desc, instanceResources(name), func(ctx context.Context, op *operations.Operation) error {
+		if vmMove {
+			return d.migrateOutVM(ctx, op, name, peer, req) // migrate_vm_source.go
+		}
 		return d.migrateOut(ctx, op, name, act, peer, req)
 	}), nil
 }
@@ -116,6 +124,8 @@ type migrationSource struct {
 	// autoTrial: --memory=auto chose pre-copy, to be dropped for
 	// post-copy if its first passes say it would not beat it.
 	autoTrial bool
+	// vmDiskSize is a VM's disk size (migrate_vm_source.go).
+	vmDiskSize int64
 }
 
 func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name string, act action, peer state.Peer, req api.InstanceMigratePost) (err error) {
@@ -230,10 +240,11 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 	wire.Name = req.Name
 	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
 		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, TransferFormat: d.storage.Info().TransferFormat,
-		Snapshots: snapshots}
+		Snapshots: snapshots, VMDiskSize: m.vmDiskSize}
 	// A post-copy move gets a page link, and so does auto's pre-copy
 	// trial, which may fall back to post-copy after its passes.
-	if req.Live && (req.Memory == api.MemoryLazy || m.autoTrial) {
+	// A VM's migration stream gets it too (migrate_vm_source.go).
+	if req.Live && (req.Memory == api.MemoryLazy || m.autoTrial || m.vmDiskSize > 0) {
 		hello.PageToken = migration.NewPageToken()
 	}
 	if err := sess.Send(hello); err != nil {
@@ -293,11 +304,13 @@ func (m *migrationSource) live(ctx context.Context) error {
 		return err
 	}
 
-	dir := d.migrationDir(m.name)
-	_ = os.RemoveAll(dir)
+	dir, err := d.newMigrationDir(m.name)
+	if err != nil {
+		return err
+	}
 	images, work := filepath.Join(dir, "images"), d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(work)
-	defer d.dropMigrationDir(m.name)
+	defer d.dropMigrationDir(m.name, dir)
 	ck, err := m.prepareMemory(ctx, dir, images, work)
 	if err != nil {
 		return err

@@ -110,7 +110,7 @@ func (m *migrationSource) note() error {
 func (d *Daemon) dropMovedSource(ctx context.Context, inst *instance) {
 	name := inst.name
 	// Before the instance's CRIU logs go with it.
-	d.dropMigrationDir(name)
+	d.dropMigrationDirs(name)
 	if run := inst.live(); run != nil {
 		if err := d.killAndWait(ctx, inst, run); err != nil {
 			d.log.Warn("kill migrated container", "name", name, "err", err)

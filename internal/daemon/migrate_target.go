@@ -151,6 +151,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := checkHello(hello); err != nil {
 		return err
 	}
+	if hello.Instance.Type == state.TypeVM {
+		return d.migrateInVM(ctx, op, peer, sess, hello) // migrate_vm_target.go
+	}
 	name := hello.Instance.Name
 	// Until the container runs here the session holds a name and an
 	// address: it has MigrationTimeout for that, then it is rolled back
@@ -220,7 +223,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := m.prepareDirs(); err != nil {
 		return err
 	}
-	defer d.dropMigrationDir(name)
+	defer d.dropMigrationDir(name, filepath.Dir(m.images))
 	defer m.closeDisk()
 	defer m.dropUnstartedVolume()
 	defer m.endEarly() // first: waits for the early work
@@ -273,8 +276,10 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 // crash makes them worthless (the source resumes): no syncs, and the
 // restore reads them from the page cache.
 func (m *migrationTarget) prepareDirs() error {
-	dir := m.d.migrationDir(m.name)
-	_ = os.RemoveAll(dir)
+	dir, err := m.d.newMigrationDir(m.name)
+	if err != nil {
+		return err
+	}
 	m.images, m.work = filepath.Join(dir, "images"), m.d.cfg.migrateWorkDir(m.name)
 	_ = os.RemoveAll(m.work)
 	for _, p := range []string{m.images, m.work} {

@@ -99,6 +99,9 @@ type vmRunner interface {
 	Find(runDir, name string) (vmProcess, error)
 	// Monitor connects to a VM's QMP socket.
 	Monitor(ctx context.Context, socket string) (vmMonitor, error)
+	// Events returns the events of a VM's events monitor until ctx ends
+	// or QEMU does (then the channel is closed).
+	Events(ctx context.Context, socket string) (<-chan qemu.Event, error)
 }
 
 // vmProcess is a running QEMU (qemu.Process).
@@ -114,8 +117,11 @@ type vmProcess interface {
 type vmMonitor interface {
 	QueryStatus(ctx context.Context) (qemu.Status, error)
 	Cont(ctx context.Context) error
+	Stop(ctx context.Context) error
 	SystemPowerdown(ctx context.Context) error
 	SetIOThrottle(ctx context.Context, t qemu.IOThrottle) error
+	// Run is one raw QMP command (qemu.Runner: qemu.Save and qemu.Load).
+	Run(cmd []byte) ([]byte, error)
 	Close() error
 }
 

@@ -21,13 +21,12 @@ import (
 // Stateful needs a running one.
 func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.SnapshotsPost) (*operations.Operation, error) {
 	act := actSnapshot
+	vmInst := false
+	if inst, err := d.instance(name); err == nil {
+		vmInst = isVM(inst)
+	}
 	if req.Stateful {
 		act = actStatefulSnapshot
-		if inst, err := d.instance(name); err == nil {
-			if err := refuseVM(inst, "a stateful snapshot"); err != nil {
-				return nil, err
-			}
-		}
 	}
 	if _, err := d.checkNow(name, act, false); err != nil {
 		return nil, err
@@ -45,7 +44,7 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {
 		return nil, errorf(ErrConflict, "snapshot %q of instance %q already exists", req.Name, name)
 	}
-	if req.Stateful {
+	if req.Stateful && !vmInst {
 		if err := d.checkDumpable(name); err != nil {
 			return nil, err
 		}
@@ -64,6 +63,9 @@ func (d *Daemon) CreateSnapshot(ctx context.Context, name string, req api.Snapsh
 // On any failure or cancellation nothing of the snapshot is left, and a
 // running container is thawed and keeps running.
 func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, inst *instance, req api.SnapshotsPost) error {
+	if isVM(inst) {
+		return d.snapshotVMLocked(ctx, op, inst, req)
+	}
 	name := inst.name
 	rec := inst.record()
 	if _, err := d.state.GetSnapshot(name, req.Name); err == nil {

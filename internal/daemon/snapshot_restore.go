@@ -30,8 +30,14 @@ func (d *Daemon) RestoreSnapshot(ctx context.Context, name, snap string, req api
 	if req.Stateful {
 		act = actStatefulRestore
 	}
-	if _, err := d.checkNow(name, act, req.Force); err != nil {
+	inst, err := d.checkNow(name, act, req.Force)
+	if err != nil {
 		return nil, err
+	}
+	if req.Stateful && isVM(inst) {
+		if err := checkVMRestore(inst, rec); err != nil {
+			return nil, err
+		}
 	}
 	return d.ops.Start(d.ctx, "Restoring snapshot", snapshotResources(name, snap), func(ctx context.Context, op *operations.Operation) error {
 		inst, release, err := d.lock(ctx, name, act, req.Force)
@@ -60,6 +66,8 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 		return err
 	}
 	switch {
+	case req.Stateful && isVM(inst):
+		return d.restoreVMStateful(ctx, op, inst, snap)
 	case req.Stateful:
 		op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 		t0 := time.Now()

@@ -24,6 +24,32 @@ const agentWait = 2 * time.Minute
 type vmAgents struct {
 	mu  sync.Mutex
 	vms map[string]*vmAgent
+	// ready holds each VM's live session and when it was made (the
+	// agent's first answer since the guest booted, or since vesseld
+	// started), readable without waiting for a dial in progress.
+	ready map[string]agentReady
+}
+
+type agentReady struct {
+	at time.Time
+	c  *agent.Client
+}
+
+// readySince says when the VM's current agent session was made (zero:
+// none, or it ended).
+func (a *vmAgents) readySince(name string) time.Time {
+	a.mu.Lock()
+	r, ok := a.ready[name]
+	a.mu.Unlock()
+	if !ok {
+		return time.Time{}
+	}
+	select {
+	case <-r.c.Done():
+		return time.Time{}
+	default:
+		return r.at
+	}
 }
 
 // vmAgent is one VM's session; mu serializes dialing it.
@@ -71,6 +97,14 @@ func (a *vmAgents) client(ctx context.Context, name, socket string) (*agent.Clie
 		return nil, errorf(ErrConflict, "the VM %s's agent does not answer: %v", name, err)
 	}
 	v.c = c
+	a.mu.Lock()
+	if a.vms[name] == v { // not dropped meanwhile
+		if a.ready == nil {
+			a.ready = map[string]agentReady{}
+		}
+		a.ready[name] = agentReady{at: time.Now().UTC(), c: c}
+	}
+	a.mu.Unlock()
 	return c, nil
 }
 
@@ -79,6 +113,7 @@ func (a *vmAgents) drop(name string) {
 	a.mu.Lock()
 	v := a.vms[name]
 	delete(a.vms, name)
+	delete(a.ready, name)
 	a.mu.Unlock()
 	if v == nil {
 		return

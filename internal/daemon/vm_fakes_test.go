@@ -37,8 +37,14 @@ type fakeVM struct {
 	ignoreACPI bool
 	acpiLost   int
 	throttle   *qemu.IOThrottle
-	done       chan struct{}
-	once       sync.Once
+	// status overrides query-status's run state ("paused",
+	// "postmigrate"); mig is the fake migration (snapshot_vm_test.go).
+	status string
+	mig    fakeMigration
+	// events feeds the VM's events monitor (a test sends RESET).
+	events chan qemu.Event
+	done   chan struct{}
+	once   sync.Once
 }
 
 func (v *fakeVM) end() { v.once.Do(func() { close(v.done) }) }
@@ -79,7 +85,8 @@ func (f *fakeVMRunner) Start(ctx context.Context, cfg qemu.Config) (vmProcess, e
 	if err := os.WriteFile(filepath.Join(cfg.RunDir, qemu.PidFile), fmt.Appendf(nil, "%d\n", f.nextPid), 0o600); err != nil {
 		return nil, err
 	}
-	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost, done: make(chan struct{})}
+	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost,
+		events: make(chan qemu.Event), done: make(chan struct{})}
 	f.vms[cfg.RunDir] = v
 	return fakeVMProcess{v}, nil
 }
@@ -107,6 +114,34 @@ func (f *fakeVMRunner) Monitor(ctx context.Context, socket string) (vmMonitor, e
 		return nil, fmt.Errorf("fake qmp %s: no such socket", socket)
 	}
 	return &fakeMonitor{f: f, v: v}, nil
+}
+
+func (f *fakeVMRunner) Events(ctx context.Context, socket string) (<-chan qemu.Event, error) {
+	f.mu.Lock()
+	v := f.vms[filepath.Dir(socket)]
+	f.mu.Unlock()
+	if v == nil {
+		return nil, fmt.Errorf("fake qmp %s: no such socket", socket)
+	}
+	out := make(chan qemu.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case e := <-v.events:
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			case <-v.done:
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
 // vm returns the live fake VM of an instance, or nil.
@@ -165,12 +200,15 @@ func (m *fakeMonitor) QueryStatus(ctx context.Context) (qemu.Status, error) {
 	var s qemu.Status
 	err := m.do("query-status", func() {
 		s = qemu.Status{Running: m.v.running, Status: map[bool]string{true: "running", false: "prelaunch"}[m.v.running]}
+		if m.v.status != "" && !m.v.running {
+			s.Status = m.v.status
+		}
 	})
 	return s, err
 }
 
 func (m *fakeMonitor) Cont(ctx context.Context) error {
-	return m.do("cont", func() { m.v.running = true })
+	return m.do("cont", func() { m.v.running, m.v.status = true, "" })
 }
 
 func (m *fakeMonitor) SystemPowerdown(ctx context.Context) error {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/runtime"
@@ -32,7 +33,10 @@ import (
 //     cgroup, its disk throttled (QMP), then let run;
 //   - stop (askVMStop): the ACPI power button; kill: QEMU's pidfd;
 //   - the runtime state to release: the run directory (sockets, pidfile);
-//   - reconcile: a QEMU found by its pidfile is adopted.
+//   - reconcile: a QEMU found by its pidfile is adopted;
+//   - a guest's reboot (a reset QEMU survives) ends its agent session
+//     (vm_events.go); the console attaches to QEMU's serial socket
+//     (vm_console.go).
 
 // Defaults and the host-side cost of a VM.
 const (
@@ -140,7 +144,14 @@ func (d *Daemon) ensureVMImageVolume(ctx context.Context, fp string) error {
 }
 
 // startVM starts a stopped VM; the caller holds its lock.
-func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
+func (d *Daemon) startVM(ctx context.Context, inst *instance) error {
+	return d.launchVM(ctx, inst, nil)
+}
+
+// launchVM starts a stopped VM; with load, QEMU starts waiting for its
+// state (-incoming defer) and load gives it (a stateful restore) before
+// the VM runs.
+func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) (err error) {
 	name := inst.name
 	if inst.live() != nil {
 		return errorf(ErrConflict, "instance %q is already running", name)
@@ -152,45 +163,8 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
 	}
 	r := revert.New()
 	defer r.Fail()
-	bg := context.WithoutCancel(ctx)
-	ep, err := d.net.AttachTap(ctx, name, rec.Address)
+	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, load != nil)
 	if err != nil {
-		return errorf(ErrConflict, "network: %w", err)
-	}
-	r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
-	r.Add(func() { d.destroyCgroup(name) })
-	if err := d.applyLimits(ctx, name, size.Cgroup, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(d.cfg.logPath(name)), 0o700); err != nil {
-		return err
-	}
-	qcfg := qemu.Config{
-		Name: name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
-		Cmdline: vm.Cmdline(vm.Boot{Hostname: name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
-			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
-		}}),
-		Disk:   qemu.Disk{Path: d.vmDisk(name)},
-		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
-		RunDir: d.cfg.vmRunDir(name), ConsoleLog: d.cfg.logPath(name),
-		// Paused until it is in its cgroup, with its disk throttled.
-		Paused: true,
-	}
-	proc, err := d.vms.Start(ctx, qcfg)
-	if err != nil {
-		return err
-	}
-	r.Add(func() {
-		kctx, cancel := context.WithTimeout(bg, killGrace)
-		defer cancel()
-		d.undo("kill qemu", name, proc.Kill(kctx))
-		d.undo("remove vm run directory", name, os.RemoveAll(qcfg.RunDir))
-	})
-	cg, err := d.instanceCgroup(name)
-	if err != nil {
-		return err
-	}
-	if err := cg.AddProc(proc.Pid()); err != nil {
 		return err
 	}
 	mon, err := d.vms.Monitor(ctx, qcfg.QMPSocket())
@@ -198,6 +172,11 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
 		return err
 	}
 	defer mon.Close()
+	if load != nil {
+		if err := load(ctx, mon); err != nil {
+			return err
+		}
+	}
 	if size.Throttle != nil {
 		if err := mon.SetIOThrottle(ctx, *size.Throttle); err != nil {
 			return fmt.Errorf("disk limits of %s: %w", name, err)
@@ -219,11 +198,66 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) (err error) {
 	return nil
 }
 
+// spawnVM makes what a VM's QEMU runs in (its tap, its cgroup with the
+// limits) and starts QEMU in it, paused until its disk is throttled (with
+// incoming, waiting for its state: -incoming defer). r undoes each step.
+func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, incoming bool) (vmProcess, qemu.Config, network.Endpoint, error) {
+	name := rec.Name
+	bg := context.WithoutCancel(ctx)
+	ep, err := d.net.AttachTap(ctx, name, rec.Address)
+	if err != nil {
+		return nil, qemu.Config{}, ep, errorf(ErrConflict, "network: %w", err)
+	}
+	r.Add(func() { d.undo("detach network", name, d.net.Detach(bg, name)) })
+	r.Add(func() { d.destroyCgroup(name) })
+	if err := d.applyLimits(ctx, name, size.Cgroup, 0); err != nil {
+		return nil, qemu.Config{}, ep, fmt.Errorf("limits of %s: %w", name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(d.cfg.logPath(name)), 0o700); err != nil {
+		return nil, qemu.Config{}, ep, err
+	}
+	qcfg := d.vmQEMUConfig(rec, size, ep)
+	qcfg.Incoming = incoming
+	proc, err := d.vms.Start(ctx, qcfg)
+	if err != nil {
+		return nil, qcfg, ep, err
+	}
+	r.Add(func() {
+		kctx, cancel := context.WithTimeout(bg, killGrace)
+		defer cancel()
+		d.undo("kill qemu", name, proc.Kill(kctx))
+		d.undo("remove vm run directory", name, os.RemoveAll(qcfg.RunDir))
+	})
+	cg, err := d.instanceCgroup(name)
+	if err != nil {
+		return nil, qcfg, ep, err
+	}
+	if err := cg.AddProc(proc.Pid()); err != nil {
+		return nil, qcfg, ep, err
+	}
+	return proc, qcfg, ep, nil
+}
+
+// vmQEMUConfig is the QEMU a VM runs in (paused at its start).
+func (d *Daemon) vmQEMUConfig(rec state.Instance, size vmSizing, ep network.Endpoint) qemu.Config {
+	return qemu.Config{
+		Name: rec.Name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
+		Cmdline: vm.Cmdline(vm.Boot{Hostname: rec.Name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
+			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
+		}}),
+		Disk:   qemu.Disk{Path: d.vmDisk(rec.Name)},
+		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
+		RunDir: d.cfg.vmRunDir(rec.Name), ConsoleLog: d.cfg.logPath(rec.Name),
+		Paused: true,
+	}
+}
+
 // trackVM registers a VM's QEMU and watches for its end. vessel is not
 // QEMU's parent (it daemonized): its exit status is not known.
 func (d *Daemon) trackVM(inst *instance, proc vmProcess) *running {
 	run := &running{proc: runtime.Process{InitPid: proc.Pid()}, vm: proc, exited: make(chan struct{})}
 	inst.setLive(run)
+	go d.watchVMEvents(inst.name, proc)
 	go func() {
 		<-proc.Done()
 		run.exit = runtime.Exit{Status: -1, Time: time.Now().UTC(), Err: errQEMUExit}
@@ -289,6 +323,7 @@ func (d *Daemon) reconcileVM(ctx context.Context, inst *instance) {
 	proc, err := d.vms.Find(d.cfg.vmRunDir(name), name)
 	if err == nil {
 		d.trackVM(inst, proc)
+		d.resumeLeftoverVM(ctx, name)
 		if rec := inst.record(); !rec.Running() {
 			d.log.Warn("adopting a VM whose start was interrupted by a daemon restart", "name", name)
 			if err := d.setState(inst, state.StateRunning, func(_ *state.Tx, r *state.Instance) error {

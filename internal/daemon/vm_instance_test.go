@@ -179,7 +179,11 @@ func TestVMGuestPowerOff(t *testing.T) {
 	}
 	td.fvm.vm("vm1").end()
 	deadline := time.Now().Add(waitBound)
-	for td.status(t, "vm1") != api.StatusStopped && time.Now().Before(deadline) {
+	// The listed status turns stopped before the record is written.
+	for time.Now().Before(deadline) {
+		if rec, _ := td.storedInstance(t, "vm1"); td.status(t, "vm1") == api.StatusStopped && rec.State == state.StateStopped {
+			break
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	td.checkVMStopped(t, "vm1")
@@ -267,9 +271,6 @@ func TestVMRefusals(t *testing.T) {
 	}
 	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "vm2", Source: api.InstanceSource{Type: "copy", Source: "vm1"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("copy: %v", err)
-	}
-	if _, err := td.CreateSnapshot(ctx, "vm1", api.SnapshotsPost{Name: "s1", Stateful: true}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("stateful snapshot: %v", err)
 	}
 	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "x", Type: "lxc", Source: api.InstanceSource{Image: "busybox"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown type: %v", err)

@@ -78,6 +78,10 @@ func (q *qemuRunner) Monitor(ctx context.Context, socket string) (vmMonitor, err
 	return qemu.Connect(ctx, socket)
 }
 
+func (q *qemuRunner) Events(ctx context.Context, socket string) (<-chan qemu.Event, error) {
+	return qemu.Events(ctx, socket)
+}
+
 // errNoAgent is a host without the guest agent binary.
 var errNoAgent = errors.New("vessel-agent not found (next to vesseld, /usr/lib/vessel, PATH)")
 

@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 5
+const Version = 6
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -62,6 +62,9 @@ type Instance struct {
 	// IDMap is an unprivileged container's host id range: its checkpoint
 	// images are in these ids, so the target keeps it (or refuses).
 	IDMap *IDMap `json:"idmap,omitempty"`
+	// Type is the instance's type (state.TypeVM for a virtual machine;
+	// empty: a container).
+	Type string `json:"type,omitempty"`
 }
 
 // IDMap is a container's user namespace map (state.IDMap).
@@ -102,6 +105,9 @@ type Hello struct {
 	// PageToken (a post-copy move) opens the page link the source dials
 	// beside the session (see PagesProtocol).
 	PageToken string `json:"page_token,omitempty"`
+	// VMDiskSize is a VM's disk size in bytes: the target makes an empty
+	// disk of this size for the mirror (see StreamVMDisk).
+	VMDiskSize int64 `json:"vm_disk_size,omitempty"`
 }
 
 // Message is one control message; Type says which fields matter.
@@ -145,22 +151,23 @@ type SnapshotRecord struct {
 
 // Message types, in protocol order.
 const (
-	MsgAccepted   = "accepted"    // target: Hello is acceptable, name and address reserved
-	MsgDisk       = "disk"        // source: a disk stream follows on a new stream
-	MsgDiskSynced = "disk-synced" // target: that stream is received and on disk
-	MsgMemoryPass = "memory-pass" // source: a pre-copy memory pass (Iteration) follows on an images stream
-	MsgMemoryOK   = "memory-ok"   // target: that pass is stored (or the mode switched)
-	MsgMemoryMode = "memory-mode" // source: drop the passes, restore in mode Memory (lazy)
-	MsgImages     = "images"      // source: checkpoint images follow on a new stream
-	MsgImagesDone = "images-done" // target: images received
-	MsgSnapshot   = "snapshot"    // source: a snapshot (record, disk, checkpoint) follows
-	MsgSnapshotOK = "snapshot-ok" // target: that snapshot is stored
-	MsgStart      = "start"       // source: make the container run (restore or start)
-	MsgResumed    = "resumed"     // target: the container runs on the target
-	MsgPagesDone  = "pages-done"  // target: post-copy finished, every page arrived
-	MsgLogs       = "logs"        // source: the console log so far follows on a new stream
-	MsgCommit     = "commit"      // source: the source copy is gone; the move is done
-	MsgError      = "error"       // either: abort, with a reason
+	MsgAccepted   = "accepted"     // target: Hello is acceptable, name and address reserved
+	MsgDisk       = "disk"         // source: a disk stream follows on a new stream
+	MsgDiskSynced = "disk-synced"  // target: that stream is received and on disk
+	MsgMemoryPass = "memory-pass"  // source: a pre-copy memory pass (Iteration) follows on an images stream
+	MsgMemoryOK   = "memory-ok"    // target: that pass is stored (or the mode switched)
+	MsgMemoryMode = "memory-mode"  // source: drop the passes, restore in mode Memory (lazy)
+	MsgImages     = "images"       // source: checkpoint images follow on a new stream
+	MsgImagesDone = "images-done"  // target: images received
+	MsgSnapshot   = "snapshot"     // source: a snapshot (record, disk, checkpoint) follows
+	MsgSnapshotOK = "snapshot-ok"  // target: that snapshot is stored
+	MsgStart      = "start"        // source: make the container run (restore or start)
+	MsgResumed    = "resumed"      // target: the container runs on the target
+	MsgPagesDone  = "pages-done"   // target: post-copy finished, every page arrived
+	MsgLogs       = "logs"         // source: the console log so far follows on a new stream
+	MsgCommit     = "commit"       // source: the source copy is gone; the move is done
+	MsgVMDiskDone = "vm-disk-done" // source: a VM's disk mirror completed (after "start"): the target's disk is whole
+	MsgError      = "error"        // either: abort, with a reason
 )
 
 // Expect checks a received message's type; an error message from the peer

@@ -153,6 +153,10 @@ const (
 	StreamPageServer = "page-server"
 	// StreamLogs carries the console log written on the source.
 	StreamLogs = "logs"
+	// StreamVMDisk carries one NBD connection of a VM's disk mirror: the
+	// source QEMU's drive-mirror client to the target QEMU's NBD server,
+	// both on unix sockets the daemons relay.
+	StreamVMDisk = "vm-disk"
 )
 
 // StreamHeader opens every data stream: what it carries.

@@ -21,7 +21,12 @@ const TCGCacheMiB = 64
 
 // The files of a VM's run directory.
 const (
-	QMPSocketFile     = "qmp.sock"
+	QMPSocketFile = "qmp.sock"
+	// EventsSocketFile is a second QMP monitor, for the daemon to hold
+	// for the VM's life and read its events (RESET, SHUTDOWN) from: a
+	// monitor serves one client at a time, so the commands (QMPSocketFile)
+	// keep their own.
+	EventsSocketFile  = "events.sock"
 	ConsoleSocketFile = "console.sock"
 	AgentSocketFile   = "agent.sock"
 	PidFile           = "qemu.pid"
@@ -48,12 +53,27 @@ type Net struct {
 	MAC string
 }
 
+// Machine types Config.Machine takes.
+const (
+	// MachineQ35 is a PC with PCI and ACPI (the default): every device
+	// vessel uses, also vhost-vsock.
+	MachineQ35 = "q35"
+	// MachineMicroVM is QEMU's microvm: no PCI, no firmware beyond qboot,
+	// virtio-mmio devices the guest finds through ACPI (acpi=on, with a
+	// GED power button), an ISA serial port.
+	MachineMicroVM = "microvm"
+)
+
 // Config describes one VM's QEMU process.
 type Config struct {
 	// Name is the instance's name (-name guest=NAME).
 	Name  string
 	Accel Accel
-	CPUs  int
+	// Machine is MachineQ35 (also when empty) or MachineMicroVM. A VM
+	// keeps its machine type: a saved state or a migration needs the same
+	// one on the other side.
+	Machine string
+	CPUs    int
 	// MemoryMiB is the guest's RAM.
 	MemoryMiB int
 	// Kernel, Initrd and Cmdline are the direct kernel boot.
@@ -73,11 +93,16 @@ type Config struct {
 	// Paused starts QEMU with its CPUs stopped (-S): the caller moves it
 	// into its cgroup and lets it run with Monitor.Cont.
 	Paused bool
+	// Incoming starts QEMU waiting for a migration stream (-incoming
+	// defer: migrate-incoming names where, after the caller set up the
+	// migration's capabilities and the disk's NBD export).
+	Incoming bool
 }
 
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
 // its run directory.
 func (c Config) QMPSocket() string     { return filepath.Join(c.RunDir, QMPSocketFile) }
+func (c Config) EventsSocket() string  { return filepath.Join(c.RunDir, EventsSocketFile) }
 func (c Config) ConsoleSocket() string { return filepath.Join(c.RunDir, ConsoleSocketFile) }
 func (c Config) AgentSocket() string   { return filepath.Join(c.RunDir, AgentSocketFile) }
 func (c Config) PidPath() string       { return filepath.Join(c.RunDir, PidFile) }
@@ -89,6 +114,9 @@ func (c Config) validate() error {
 	var bad []string
 	if c.Name == "" || strings.ContainsAny(c.Name, ",= \x00") {
 		bad = append(bad, fmt.Sprintf("name %q", c.Name))
+	}
+	if c.Machine != "" && c.Machine != MachineQ35 && c.Machine != MachineMicroVM {
+		bad = append(bad, fmt.Sprintf("machine %q", c.Machine))
 	}
 	if c.Accel != AccelKVM && c.Accel != AccelTCG {
 		bad = append(bad, fmt.Sprintf("accelerator %q", c.Accel))
@@ -128,16 +156,33 @@ func (c Config) validate() error {
 // bounded translation cache); direct kernel boot; the root disk on
 // virtio-blk; virtio-net on the tap; the serial console on a unix socket
 // (and logged); the agent channel; QMP on a unix socket; a pidfile, and
-// -daemonize: QEMU detaches (own session) once it is ready, and its
+// a second QMP monitor for events; -daemonize: QEMU detaches (own session) once it is ready, and its
 // parent's exit status says whether it started.
 func (c Config) Args() ([]string, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	micro := c.Machine == MachineMicroVM
+	// dev names a virtio device for the machine's bus.
+	dev := func(name string) string {
+		if micro {
+			return name + "-device"
+		}
+		return name + "-pci"
+	}
+	machine := MachineQ35
+	if micro {
+		// ACPI describes the virtio-mmio devices to the guest (its kernel
+		// has no virtio_mmio.device= parsing) and gives the GED power
+		// button; the PIT and PIC stay (under TCG the guest calibrates its
+		// clocks against the PIT: without it, and without HPET or ACPI PM
+		// timer, it hangs at boot), an RTC.
+		machine = "microvm,acpi=on,pit=on,pic=on,rtc=on,isa-serial=on"
+	}
 	a := []string{
 		"-name", "guest=" + c.Name + ",debug-threads=on",
 		"-nodefaults", "-no-user-config", "-display", "none",
-		"-machine", "q35",
+		"-machine", machine,
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
@@ -147,9 +192,11 @@ func (c Config) Args() ([]string, error) {
 	a = append(a,
 		"-smp", strconv.Itoa(c.CPUs),
 		"-m", strconv.Itoa(c.MemoryMiB),
-		// A guest that panics or reboots ends QEMU: the daemon sees the
-		// exit (as for a container's init).
-		"-no-reboot",
+		// A guest's reboot resets the machine and QEMU goes on (the
+		// daemon sees RESET on the events monitor); its poweroff ends
+		// QEMU, and so does a panic the guest reports on the pvpanic
+		// device (the daemon sees the exit, as for a container's init).
+		"-action", "reboot=reset,shutdown=poweroff,panic=shutdown",
 		"-kernel", c.Kernel,
 	)
 	if c.Initrd != "" {
@@ -162,11 +209,11 @@ func (c Config) Args() ([]string, error) {
 	if c.Disk.Direct {
 		drive += ",cache.direct=on"
 	}
-	a = append(a, "-drive", drive, "-device", "virtio-blk-pci,drive=root,id=root-disk")
+	a = append(a, "-drive", drive, "-device", dev("virtio-blk")+",drive=root,id=root-disk")
 	if c.Net != nil {
 		a = append(a,
 			"-netdev", "tap,id=net0,ifname="+c.Net.Tap+",script=no,downscript=no,vhost=off",
-			"-device", "virtio-net-pci,netdev=net0,mac="+c.Net.MAC)
+			"-device", dev("virtio-net")+",netdev=net0,mac="+c.Net.MAC)
 	}
 	console := "socket,id=console,path=" + c.ConsoleSocket() + ",server=on,wait=off"
 	if c.ConsoleLog != "" {
@@ -174,21 +221,30 @@ func (c Config) Args() ([]string, error) {
 	}
 	a = append(a, "-chardev", console, "-serial", "chardev:console")
 	if c.VsockCID != 0 {
-		a = append(a, "-device", "vhost-vsock-pci,guest-cid="+strconv.FormatUint(uint64(c.VsockCID), 10))
+		a = append(a, "-device", dev("vhost-vsock")+",guest-cid="+strconv.FormatUint(uint64(c.VsockCID), 10))
 	} else {
 		a = append(a,
 			"-chardev", "socket,id=agent,path="+c.AgentSocket()+",server=on,wait=off",
-			"-device", "virtio-serial-pci,id=vser0",
+			"-device", dev("virtio-serial")+",id=vser0",
 			"-device", "virtserialport,chardev=agent,name="+AgentPortName)
 	}
+	a = append(a, "-device", dev("virtio-rng"))
+	if !micro {
+		// microvm's ACPI tables describe no pvpanic device.
+		a = append(a, "-device", "pvpanic")
+	}
 	a = append(a,
-		"-device", "virtio-rng-pci",
 		"-qmp", "unix:"+c.QMPSocket()+",server=on,wait=off",
+		"-chardev", "socket,id=events,path="+c.EventsSocket()+",server=on,wait=off",
+		"-mon", "chardev=events,mode=control",
 		"-pidfile", c.PidPath(),
 		"-daemonize",
 	)
 	if c.Paused {
 		a = append(a, "-S")
+	}
+	if c.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	return a, nil
 }

@@ -43,10 +43,19 @@ func TestArgsTCG(t *testing.T) {
 			t.Errorf("no %s %s in %q", want[0], want[1], a)
 		}
 	}
-	for _, flag := range []string{"-daemonize", "-S", "-nodefaults", "-no-reboot"} {
+	for _, flag := range []string{"-daemonize", "-S", "-nodefaults"} {
 		if !slices.Contains(a, flag) {
 			t.Errorf("no %s", flag)
 		}
+	}
+	// A guest's reboot is a reset QEMU survives; a panic ends it.
+	if slices.Contains(a, "-no-reboot") || !slices.Contains(values(a, "-action"), "reboot=reset,shutdown=poweroff,panic=shutdown") ||
+		!slices.Contains(values(a, "-device"), "pvpanic") {
+		t.Errorf("reboot and panic actions: %q", a)
+	}
+	if !slices.Contains(values(a, "-mon"), "chardev=events,mode=control") ||
+		!strings.Contains(strings.Join(values(a, "-chardev"), " "), "socket,id=events,path=/run/vessel/vm/vm1/events.sock,server=on,wait=off") {
+		t.Errorf("no events monitor: %q", a)
 	}
 	drive := values(a, "-drive")
 	if len(drive) != 1 || !strings.Contains(drive[0], "file=/pool/vm1/disk.img,") || !strings.Contains(drive[0], "format=raw") ||
@@ -129,5 +138,49 @@ func TestIsQEMUOf(t *testing.T) {
 		if isQEMUOf(b, "/run/v/vm1", "vm1") {
 			t.Errorf("%s recognised as vm1's qemu", name)
 		}
+	}
+}
+
+// TestArgsIncoming: a QEMU that waits for its state (a stateful restore).
+func TestArgsIncoming(t *testing.T) {
+	c := testConfig()
+	c.Incoming = true
+	a, err := c.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := values(a, "-incoming"); !slices.Equal(got, []string{"defer"}) {
+		t.Errorf("-incoming %v", got)
+	}
+	if a, _ := testConfig().Args(); slices.Contains(a, "-incoming") {
+		t.Error("-incoming without Incoming")
+	}
+}
+
+// TestArgsMicroVM: microvm gets virtio-mmio devices, ACPI (the guest finds
+// them and its power button through it) and no pvpanic; an unknown
+// machine is refused.
+func TestArgsMicroVM(t *testing.T) {
+	c := testConfig()
+	c.Machine = MachineMicroVM
+	a, err := c.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := values(a, "-machine"); len(m) != 1 || !strings.HasPrefix(m[0], "microvm,acpi=on,") {
+		t.Errorf("machine %q", m)
+	}
+	devs := strings.Join(values(a, "-device"), " ")
+	for _, d := range []string{"virtio-blk-device,drive=root,id=root-disk", "virtio-net-device,netdev=net0,", "virtio-serial-device,id=vser0", "virtio-rng-device"} {
+		if !strings.Contains(devs, d) {
+			t.Errorf("no device %s in %s", d, devs)
+		}
+	}
+	if strings.Contains(devs, "-pci") || strings.Contains(devs, "pvpanic") {
+		t.Errorf("PCI or pvpanic devices on microvm: %s", devs)
+	}
+	c.Machine = "pc"
+	if _, err := c.Args(); !errors.Is(err, ErrConfig) {
+		t.Errorf("machine pc: %v", err)
 	}
 }

@@ -42,7 +42,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
 	}
-	for _, f := range []string{QMPSocketFile, ConsoleSocketFile, AgentSocketFile, PidFile} {
+	for _, f := range []string{QMPSocketFile, EventsSocketFile, ConsoleSocketFile, AgentSocketFile, PidFile} {
 		if err := os.Remove(filepath.Join(cfg.RunDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
 		}

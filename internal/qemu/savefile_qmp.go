@@ -73,7 +73,9 @@ type migrateParams struct {
 	// the default, 128 MiB/s, throttles a save to well under disk speed.
 	MaxBandwidth   int64 `json:"max-bandwidth"`
 	MultifdChannel int   `json:"multifd-channels,omitempty"`
-	DirectIO       *bool `json:"direct-io,omitempty"`
+	// DowntimeLimit (ms) is how long QEMU may stop a live VM at the end.
+	DowntimeLimit int64 `json:"downtime-limit,omitempty"`
+	DirectIO      *bool `json:"direct-io,omitempty"`
 }
 
 // migrationInfo is the part of query-migrate's reply vessel reads.
@@ -81,11 +83,15 @@ type migrationInfo struct {
 	Status    string `json:"status"`
 	ErrorDesc string `json:"error-desc"`
 	TotalTime int64  `json:"total-time"` // ms
-	RAM       *struct {
-		Transferred int64   `json:"transferred"`
-		Remaining   int64   `json:"remaining"`
-		Total       int64   `json:"total"`
-		Mbps        float64 `json:"mbps"`
+	// Downtime (ms, a completed migration) is from the vCPUs' stop to
+	// the end.
+	Downtime int64 `json:"downtime"`
+	RAM      *struct {
+		Transferred    int64   `json:"transferred"`
+		DirtySyncCount int64   `json:"dirty-sync-count"`
+		Remaining      int64   `json:"remaining"`
+		Total          int64   `json:"total"`
+		Mbps           float64 `json:"mbps"`
 	} `json:"ram"`
 }
 

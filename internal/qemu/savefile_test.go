@@ -6,8 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeMonitor answers QMP commands from a script and records them. On
@@ -19,6 +21,10 @@ type fakeMonitor struct {
 	sent    []map[string]any
 	onQuery func(n int)
 	queries int
+	// passes is query-migrate's ram.dirty-sync-count; completeOnStop
+	// makes a stop end the migration (a live save Save stopped).
+	passes         int
+	completeOnStop bool
 }
 
 func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
@@ -33,6 +39,9 @@ func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
 		return []byte(`{"return":{"status":"` + f.status + `","running":false}}`), nil
 	case "stop":
 		f.status = "paused"
+		if f.completeOnStop {
+			f.migrate, f.queries = []string{"completed"}, 0
+		}
 	case "migrate", "migrate-incoming":
 		uri, _ := args["uri"].(string)
 		if p, ok := strings.CutPrefix(uri, "file:"); ok && req["execute"] == "migrate" {
@@ -46,8 +55,8 @@ func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
 		if f.onQuery != nil {
 			f.onQuery(f.queries)
 		}
-		return []byte(`{"return":{"status":"` + s + `","error-desc":"boom","total-time":42,` +
-			`"ram":{"transferred":4096,"remaining":0,"total":8192,"mbps":1}}}`), nil
+		return []byte(`{"return":{"status":"` + s + `","error-desc":"boom","total-time":42,"downtime":7,` +
+			`"ram":{"transferred":4096,"remaining":0,"total":8192,"mbps":1,"dirty-sync-count":` + strconv.Itoa(f.passes) + `}}}`), nil
 	}
 	return []byte(`{"return":{}}`), nil
 }
@@ -241,4 +250,51 @@ type hmpFake struct{ out string }
 func (h hmpFake) Run([]byte) ([]byte, error) {
 	b, _ := json.Marshal(map[string]string{"return": h.out})
 	return b, nil
+}
+
+// TestSaveLive: a live save does not stop the VM itself, sets the
+// downtime limit, and takes QEMU's stop instant from its times; with
+// NoSync the caller syncs.
+func TestSaveLive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vm.state")
+	mon := &fakeMonitor{t: t, status: "running", passes: 3, migrate: []string{"setup", "active", "active", "completed"}}
+	before := time.Now()
+	st, err := Save(context.Background(), mon, path, SaveOptions{Live: true, NoSync: true, Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, sent := mon.find("stop"); sent {
+		t.Errorf("a live save stopped the VM itself: %v", mon.names())
+	}
+	p, _ := mon.find("migrate-set-parameters")
+	if p["downtime-limit"] != float64(DefaultDowntimeLimit.Milliseconds()) {
+		t.Errorf("parameters %v", p)
+	}
+	if st.Downtime != 7*time.Millisecond || st.Passes != 3 || st.ForcedStop || st.Sync != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if st.Stopped.Before(before) || st.Stopped.After(time.Now()) {
+		t.Errorf("stopped at %v, not within the save (%v on)", st.Stopped, before)
+	}
+	if err := SyncFile(path); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSaveLiveForcedStop: a live save that has not converged after
+// LiveMaxPasses passes gets the VM stopped, and then completes.
+func TestSaveLiveForcedStop(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vm.state")
+	mon := &fakeMonitor{t: t, status: "running", passes: 5, completeOnStop: true, migrate: []string{"active"}}
+	before := time.Now()
+	st, err := Save(context.Background(), mon, path, SaveOptions{Live: true, LiveMaxPasses: 4, Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, sent := mon.find("stop"); !sent || !st.ForcedStop {
+		t.Errorf("not stopped: %v, %+v", mon.names(), st)
+	}
+	if st.Stopped.Before(before) {
+		t.Errorf("stopped at %v", st.Stopped)
+	}
 }

@@ -68,16 +68,12 @@ func startCriuService(path, images, work string, inherit ...*os.File) (_ *criuSe
 	return s, nil
 }
 
-// dump sends the dump request and returns CRIU's answer, once the service
-// has exited.
-func (s *criuService) dump(opts *rpc.CriuOpts) error {
+// dumpCall sends the dump request and returns CRIU's answer; the caller
+// closes the service.
+func (s *criuService) dumpCall(opts *rpc.CriuOpts) error {
 	opts.ImagesDirFd = proto.Int32(int32(s.images.Fd()))
 	opts.WorkDirFd = proto.Int32(int32(s.work.Fd()))
-	err := s.call(rpc.CriuReqType_DUMP, opts)
-	if cerr := s.close(); err == nil {
-		err = cerr
-	}
-	return err
+	return s.call(rpc.CriuReqType_DUMP, opts)
 }
 
 // call sends one request and reads its response.

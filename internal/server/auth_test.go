@@ -37,6 +37,7 @@ var routePolicy = map[string]string{
 	"PUT /1.0/instances/{name}/state":                     "lc",
 	"GET /1.0/instances/{name}/exec":                      "lc",
 	"GET /1.0/instances/{name}/logs":                      "lc",
+	"GET /1.0/instances/{name}/console":                   "lc",
 	"POST /1.0/instances/{name}/files":                    "lc",
 	"GET /1.0/instances/{name}/snapshots":                 "lc",
 	"POST /1.0/instances/{name}/snapshots":                "lc",

@@ -52,39 +52,7 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 	ws := &wsWriter{conn: conn}
 	stdinR, stdinW := io.Pipe()
 	resize := make(chan api.WindowSize, 4)
-	go func() {
-		// Reader: stdin frames and control messages. A broken connection
-		// ends the command.
-		defer cancel()
-		defer stdinW.Close()
-		for {
-			mt, data, err := conn.ReadMessage()
-			if err != nil {
-				return
-			}
-			switch mt {
-			case websocket.BinaryMessage:
-				if len(data) == 0 || data[0] != api.StreamStdin {
-					continue
-				}
-				if len(data) == 1 {
-					stdinW.Close() // end of input
-					continue
-				}
-				if _, err := stdinW.Write(data[1:]); err != nil {
-					continue
-				}
-			case websocket.TextMessage:
-				var c api.ExecControl
-				if json.Unmarshal(data, &c) == nil && c.Type == api.ExecResize {
-					select {
-					case resize <- api.WindowSize{Width: c.Width, Height: c.Height}:
-					default:
-					}
-				}
-			}
-		}
-	}()
+	go readClientFrames(conn, stdinW, resize, cancel)
 
 	code, err := s.core.Exec(ctx, name, req, api.ExecIO{
 		Stdin:  stdinR,
@@ -100,6 +68,42 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 	_ = ws.writeJSON(ctl)
 	_ = ws.close()
 	return nil
+}
+
+// readClientFrames reads a client's stdin frames into stdinW (an empty
+// one closes it: end of input) and its resize messages into resize, until
+// the connection breaks; then it closes stdinW and calls cancel (a broken
+// connection ends the command or the console session).
+func readClientFrames(conn *websocket.Conn, stdinW *io.PipeWriter, resize chan<- api.WindowSize, cancel func()) {
+	defer cancel()
+	defer stdinW.Close()
+	for {
+		mt, data, err := conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		switch mt {
+		case websocket.BinaryMessage:
+			if len(data) == 0 || data[0] != api.StreamStdin {
+				continue
+			}
+			if len(data) == 1 {
+				stdinW.Close() // end of input
+				continue
+			}
+			if _, err := stdinW.Write(data[1:]); err != nil {
+				continue
+			}
+		case websocket.TextMessage:
+			var c api.ExecControl
+			if resize != nil && json.Unmarshal(data, &c) == nil && c.Type == api.ExecResize {
+				select {
+				case resize <- api.WindowSize{Width: c.Width, Height: c.Height}:
+				default:
+				}
+			}
+		}
+	}
 }
 
 // wsWriter serialises writes to a websocket (gorilla allows one writer).

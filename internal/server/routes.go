@@ -48,6 +48,7 @@ func (s *Server) routes() []route {
 		{method: "PUT", path: "/1.0/instances/{name}/state", handler: s.putInstanceState},
 		{method: "GET", path: "/1.0/instances/{name}/exec", stream: s.execInstance, long: true},
 		{method: "GET", path: "/1.0/instances/{name}/logs", stream: s.instanceLogs, long: true},
+		{method: "GET", path: "/1.0/instances/{name}/console", stream: s.consoleInstance, long: true},
 		{method: "POST", path: "/1.0/instances/{name}/files", handler: s.pushFile, long: true, rawBody: true},
 		{method: "GET", path: "/1.0/instances/{name}/snapshots", handler: s.listSnapshots},
 		{method: "POST", path: "/1.0/instances/{name}/snapshots", handler: s.createSnapshot},

@@ -37,6 +37,9 @@ type Core interface {
 	Exec(ctx context.Context, name string, req api.ExecPost, stdio api.ExecIO) (int, error)
 	PushFile(ctx context.Context, name, path string, r io.Reader, o api.FilePush) error
 	Logs(ctx context.Context, name string, follow bool, w io.Writer) error
+	// Console attaches stdio to a running VM's serial console until ctx
+	// ends or the VM stops.
+	Console(ctx context.Context, name string, stdio api.ExecIO) error
 	ListImages(ctx context.Context) ([]api.Image, error)
 	GetImage(ctx context.Context, ref string) (api.Image, error)
 	ImportImage(ctx context.Context, r io.Reader, alias string) (api.Image, error)

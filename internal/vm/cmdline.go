@@ -45,9 +45,9 @@ type Boot struct {
 }
 
 // Cmdline returns the kernel command line: the serial console, the root
-// disk (/dev/vda, ext4, read-write), no reboot loop on panic (QEMU runs
-// with -no-reboot: a panic ends it), and vessel's keys for the guest's
-// init.
+// disk (/dev/vda, ext4, read-write), a panic that does not wait (the
+// pvpanic device has told QEMU, which ends: see qemu.Config.Args), and
+// vessel's keys for the guest's init.
 func Cmdline(b Boot) string {
 	args := []string{"console=ttyS0", "root=/dev/vda", "rootfstype=ext4", "rw", "panic=-1"}
 	if b.Hostname != "" {

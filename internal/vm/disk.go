@@ -155,3 +155,27 @@ const fsNoCOW = 0x00800000
 func unsupported(err error) bool {
 	return errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)
 }
+
+// CreateEmptyDisk makes dir/disk.img, a sparse raw file of size bytes
+// with nothing in it (a live move's target: the source's mirror fills
+// it), NOCOW as BuildDisk's.
+func CreateEmptyDisk(dir string, size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("vm disk: size %d", size)
+	}
+	if err := setNoCOW(dir); err != nil {
+		return fmt.Errorf("vm disk: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, DiskFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("vm disk: %w", err)
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("vm disk: %w", err)
+	}
+	return nil
+}

@@ -17,12 +17,14 @@ import (
 // BootModules are the modules a VM needs before its root is mounted and to
 // reach the host: PCI virtio, the disk, the network card, the console and
 // the agent's channels (virtio-serial and virtio-vsock), ext4, the
-// entropy source, and the ACPI power button with its input events (a
-// guest's init sees the host's ACPI power-off). Those built into the
-// kernel are skipped.
+// entropy source, the ACPI power button with its input events (a
+// guest's init sees the host's ACPI power-off), and the pvpanic device's
+// driver (a panicking guest tells QEMU, which then ends rather than
+// reboot it). Those built into the kernel are skipped.
 var BootModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_net", "virtio_console",
 	"vmw_vsock_virtio_transport", "ext4", "virtio_rng", "button", "evdev",
+	"pvpanic_mmio", "virtio_mmio",
 }
 
 // Kernel is an unpacked guest kernel package.

@@ -20,7 +20,7 @@ import (
 const vmBoot = 3 * time.Minute
 
 // console returns a VM's console log.
-func (h *host) console(name string) string { return h.OK("console", name) }
+func (h *host) console(name string) string { return h.OK("console", "--show-log", name) }
 
 // waitConsole waits until the console log holds want n times.
 func (h *host) waitConsole(name, want string, n int) {

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vesselhost/vessel/bench/internal/benchutil"
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/testhost"
+)
+
+// APIResult is one guest size's stateful snapshot and restore of a VM
+// through vessel's API (-api-sizes): `vessel launch busybox --vm`,
+// memhog holding the guest's memory, then `snapshot create --stateful`
+// (live mapped-ram save into the pool's checkpoint volume, disk snapshot
+// at the end) and `snapshot restore --stateful --force` (new QEMU, load),
+// each run checked by memhog's own verification of its memory after the
+// restore. The same run's fio on the daemon's btrfs pool (in a NODATASUM
+// directory, as the state files) is beside it.
+type APIResult struct {
+	GuestMiB  int `json:"guest_mib"`
+	MemhogMiB int `json:"memhog_mib"`
+	Raw       struct {
+		WriteMBps benchutil.Stats `json:"write_mb_s"`
+		ReadMBps  benchutil.Stats `json:"read_mb_s"`
+	} `json:"raw_fio"`
+	// SaveMBps is the RAM QEMU wrote (all passes) per second of the live
+	// save; LoadMBps the state file's size per second of the load.
+	SaveMBps benchutil.Stats `json:"save_mb_s"`
+	LoadMBps benchutil.Stats `json:"load_mb_s"`
+	// SnapshotS and RestoreS are the whole operations as a client sees
+	// them; FrozenMs the vCPUs' stop; Passes QEMU's passes over RAM.
+	SnapshotS benchutil.Stats `json:"snapshot_s"`
+	RestoreS  benchutil.Stats `json:"restore_s"`
+	FrozenMs  benchutil.Stats `json:"frozen_ms"`
+	Passes    benchutil.Stats `json:"passes"`
+	SaveOfRaw float64         `json:"save_of_raw"`
+	LoadOfRaw float64         `json:"load_of_raw"`
+	FileBytes int64           `json:"file_bytes"`
+	NoDataSum bool            `json:"nodatasum"`
+	Verified  bool            `json:"memhog_verified"`
+}
+
+// apiBench runs the API rows: one daemon (testhost, its own btrfs pool),
+// one VM per size, n snapshot/restore rounds each.
+func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
+	bin, err := testhost.Build()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	memhog := filepath.Join(bin, "memhog")
+	if err := testhost.BuildMemhog(memhog); err != nil {
+		r.Fatalf("%v", err)
+	}
+	maxMiB := 0
+	for _, s := range sizes {
+		maxMiB = max(maxMiB, s)
+	}
+	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 3*maxMiB + 8<<10})
+	c := h.Client()
+	ctx := context.Background()
+	// fio writes where the state files go: a NODATASUM directory (the
+	// pool's own directories are checksummed, and btrfs serves O_DIRECT
+	// to checksummed files buffered).
+	fioDir := filepath.Join(h.PoolPath(), "fio")
+	if _, err := qemu.PrepareStateDir(fioDir); err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(fioDir) })
+	var out []APIResult
+	for _, mib := range sizes {
+		// The guest kernel needs room beside memhog (its page structs: 1/64 of RAM).
+		res := APIResult{GuestMiB: mib, MemhogMiB: mib - max(192, mib/16), Verified: true}
+		name := fmt.Sprintf("vm%d", mib)
+		h.OK("launch", "busybox", name, "--vm", "-c", "limits.cpu=2", "-c", fmt.Sprintf("limits.memory=%dMiB", mib))
+		h.OK("file", "push", "--mode", "0755", memhog, name+"/root/memhog")
+		t0 := time.Now()
+		h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("setsid /root/memhog %d /root/memhog.ready </dev/null >/dev/null 2>&1 &", res.MemhogMiB))
+		h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /root/memhog.ready ]; do sleep 0.2; done")
+		r.Logf("api %d MiB: memhog filled %d MiB in %s", mib, res.MemhogMiB, time.Since(t0).Round(time.Second))
+		var w, rd, save, load, snapS, restS, frozen, passes []float64
+		for i := range n {
+			fw, fr := benchutil.RawDisk(r, fioDir, mib)
+			w, rd = append(w, fw), append(rd, fr)
+			snap := fmt.Sprintf("s%d", i)
+			ts := time.Now()
+			op, err := c.CreateSnapshot(ctx, name, api.SnapshotsPost{Name: snap, Stateful: true})
+			if err == nil {
+				err = op.Wait(ctx, nil)
+			}
+			if err != nil {
+				r.Fatalf("stateful snapshot of %s: %v", name, err)
+			}
+			snapS = append(snapS, time.Since(ts).Seconds())
+			md := op.Metadata
+			save = append(save, mbps(num(md["ram_bytes"]), num(md["save_ms"])))
+			frozen = append(frozen, num(md[api.MetaFrozenMs]))
+			passes = append(passes, num(md["passes"]))
+			res.FileBytes = int64(num(md["file_bytes"]))
+			res.NoDataSum, _ = md["nodatasum"].(bool)
+			benchutil.DropCaches(r)
+			tr := time.Now()
+			op, err = c.RestoreSnapshot(ctx, name, snap, api.SnapshotRestorePost{Stateful: true, Force: true})
+			if err == nil {
+				err = op.Wait(ctx, nil)
+			}
+			if err != nil {
+				r.Fatalf("stateful restore of %s: %v", name, err)
+			}
+			restS = append(restS, time.Since(tr).Seconds())
+			md = op.Metadata
+			load = append(load, mbps(num(md["file_bytes"]), num(md["load_ms"])))
+			v := h.OK("exec", name, "--", "sh", "-c",
+				"rm -f /root/memhog.ready.verify; kill -USR1 $(pidof memhog) && while [ ! -e /root/memhog.ready.verify ]; do sleep 0.2; done; cat /root/memhog.ready.verify")
+			if strings.TrimSpace(v) != "ok" {
+				res.Verified = false
+				r.Errorf("%s after restore %d: memhog says %q", name, i, v)
+			}
+			h.OK("snapshot", "delete", name, snap)
+			r.Logf("api %d MiB run %d: snapshot %.2fs (save %.0f MB/s, %v passes, frozen %.0f ms), restore %.2fs (load %.0f MB/s), fio w/r %.0f/%.0f MB/s, memhog %s",
+				mib, i, snapS[i], save[i], passes[i], frozen[i], restS[i], load[i], fw, fr, strings.TrimSpace(v))
+		}
+		h.OK("delete", "--force", name)
+		res.Raw.WriteMBps, res.Raw.ReadMBps = benchutil.Summarise(w), benchutil.Summarise(rd)
+		res.SaveMBps, res.LoadMBps = benchutil.Summarise(save), benchutil.Summarise(load)
+		res.SnapshotS, res.RestoreS = benchutil.Summarise(snapS), benchutil.Summarise(restS)
+		res.FrozenMs, res.Passes = benchutil.Summarise(frozen), benchutil.Summarise(passes)
+		res.SaveOfRaw = benchutil.Ratio(res.SaveMBps.Median, res.Raw.WriteMBps.Median)
+		res.LoadOfRaw = benchutil.Ratio(res.LoadMBps.Median, res.Raw.ReadMBps.Median)
+		out = append(out, res)
+	}
+	return out
+}
+
+// num reads a number from an operation's metadata (JSON: float64).
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+// mbps is 10^6 bytes per second.
+func mbps(bytes, ms float64) float64 {
+	if ms <= 0 {
+		return 0
+	}
+	return bytes / 1e6 / (ms / 1000)
+}
