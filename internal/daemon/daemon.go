@@ -134,6 +134,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := d.takeLock(); err != nil {
 		return nil, err
 	}
+	if err := cfg.mountMigrationTmpfs(); err != nil {
+		return nil, err
+	}
 	if d.state, err = state.Open(cfg.dbPath()); err != nil {
 		return nil, err
 	}
@@ -333,6 +336,9 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 		if err := d.cgParent.Destroy(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := d.cfg.unmountMigrationTmpfs(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
 		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate"), filepath.Join(d.cfg.RunDir, "vm")} {

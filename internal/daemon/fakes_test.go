@@ -187,6 +187,8 @@ func (r *fakeRestorer) Run(ctx context.Context) (runtime.Process, error) {
 
 func (r *fakeRestorer) Abort() {}
 
+func (r *fakeRestorer) CheckImages() error { return nil }
+
 func (f *fakeRuntime) createLocked(id string, injected error) (runtime.Process, error) {
 	if injected != nil {
 		return runtime.Process{}, injected

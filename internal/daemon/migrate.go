@@ -25,7 +25,7 @@ const (
 // migrationsDir holds an instance's migrations' checkpoint images, one
 // directory per migration (newMigrationDir).
 func (d *Daemon) migrationsDir(name string) string {
-	return filepath.Join(d.cfg.RunDir, "migrate", name)
+	return filepath.Join(d.cfg.migrationsRoot(), name)
 }
 
 // newMigrationDir makes the directory of one migration of name. Each has
@@ -65,7 +65,8 @@ func (d *Daemon) dropMigrationDir(name, dir string) {
 	defer func() { _ = os.Remove(filepath.Dir(dir)) }()
 	if d.cfg.KeepMigrationFiles {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
-		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && os.Rename(dir, kept) == nil {
+		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && keepMigrationFiles(dir, kept) == nil {
+			_ = os.RemoveAll(dir) // copied out of the tmpfs (migrate_tmpfs.go)
 			logs, _ := filepath.Glob(filepath.Join(d.cfg.migrateWorkDir(name), "*.log"))
 			for _, l := range logs {
 				if b, err := os.ReadFile(l); err == nil {

@@ -279,7 +279,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
 	m.phase = movePhaseStartTarget
-	if err := m.startOnTarget(); err != nil {
+	if err := m.startOnTarget(true); err != nil {
 		return err
 	}
 	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
@@ -369,11 +369,31 @@ func (m *migrationSource) live(ctx context.Context) error {
 		n, err := m.sendDisk(ctx, true)
 		diskDone <- diskResult{n, time.Since(t), err}
 	}()
+	// The journal's "restoring" is written (a bbolt commit: two fsyncs,
+	// 1-20 ms on a busy disk) while CRIU dumps, not after the images: it
+	// only makes a daemon that dies from here on ask the target before
+	// it resumes the container, and "start" goes after it.
+	noted := make(chan error, 1)
+	go func() {
+		t := time.Now()
+		err := m.noteRestoring()
+		d.log.Debug("migration source: journal restoring", "name", m.name, "took", time.Since(t))
+		noted <- err
+	}()
 	tck := time.Now()
 	m.phase = movePhaseMemory
 	if lazy {
 		m.phase = movePhaseCheckpoint
 	}
+	defer func() {
+		// An early return (a failed dump or disk) waits for the journal
+		// write: cleanup removes the journal after it.
+		if noted != nil {
+			if err := <-noted; err != nil {
+				d.log.Warn("migration journal", "name", m.name, "err", err) // the move's own error is reported
+			}
+		}
+	}()
 	err = ck.Run()
 	d.log.Debug("migration source: checkpoint", "name", m.name, "took", time.Since(tck), "since freeze", time.Since(freezeAt))
 	disk := <-diskDone
@@ -392,7 +412,17 @@ func (m *migrationSource) live(ctx context.Context) error {
 
 	t2 := time.Now()
 	m.phase = movePhaseImages
+	if lazy {
+		// The target starts its lazy-pages daemon as soon as the images
+		// are in (before "start"): the page server is there for it.
+		go m.servePages(ctx, ck.PageConn())
+	}
 	n, err := m.sendImages(ctx, images, ck.Pages())
+	nerr := <-noted
+	noted = nil
+	if err == nil {
+		err = nerr
+	}
 	if err != nil {
 		return err
 	}
@@ -402,10 +432,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	t3 := time.Now()
 	m.op.SetMetadata(map[string]any{"phase": "restore"})
 	m.phase = movePhaseRestore
-	if lazy {
-		go m.servePages(ctx, ck.PageConn())
-	}
-	if err := m.startOnTarget(); err != nil {
+	if err := m.startOnTarget(false); err != nil {
 		return err
 	}
 	if err := m.awaitResumed(ctx); err != nil {
@@ -441,12 +468,22 @@ func (m *migrationSource) postCopy(ctx context.Context, ck *runtime.Checkpoint) 
 	return m.commit(ctx)
 }
 
-// startOnTarget tells the target to start the container: from here on,
-// whether it runs there can only be known by asking.
-func (m *migrationSource) startOnTarget() error {
+// noteRestoring records in the journal that the target may be told to
+// start the container.
+func (m *migrationSource) noteRestoring() error {
 	m.journal.Phase = state.PhaseRestoring
-	if err := m.note(); err != nil {
-		return err
+	return m.note()
+}
+
+// startOnTarget tells the target to start the container (note: record it
+// in the journal first; a live move did already, while the images
+// travelled): from here on, whether it runs there can only be known by
+// asking.
+func (m *migrationSource) startOnTarget(note bool) error {
+	if note {
+		if err := m.noteRestoring(); err != nil {
+			return err
+		}
 	}
 	if err := m.sess.Send(migration.Message{Type: migration.MsgStart}); err != nil {
 		return err

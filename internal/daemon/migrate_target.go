@@ -105,6 +105,16 @@ type migrationTarget struct {
 	// before the source freezes.
 	prep *prepared
 	rst  runtime.Restorer // the live restore, prepared with prep
+	// early: the volume and lazy-pages daemon made once the images are
+	// in, before "start" (migrate_target_early.go).
+	early *earlyStart
+	// committed: the volume is made from the last pass (commitDisk, or
+	// commitErr); started: start has taken it over.
+	committed, started bool
+	commitErr          error
+	// imagesIn: the images are complete; a page file after them is a
+	// protocol error (they are checked before "start").
+	imagesIn atomic.Bool
 
 	// Data streams, routed by dispatch: disk and images streams wait here
 	// for the control message that announces them; page files are stored
@@ -215,6 +225,8 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	}
 	defer d.dropMigrationDir(name, filepath.Dir(m.images))
 	defer m.closeDisk()
+	defer m.dropUnstartedVolume()
+	defer m.endEarly() // first: waits for the early work
 	go m.dispatch(ctx)
 	if hello.Live {
 		if m.prep, err = d.prepareRun(ctx, inst, true); err != nil {
@@ -287,6 +299,11 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 		if err := m.sess.Recv(ctx, &msg); err != nil {
 			return err
 		}
+		if m.early != nil && msg.Type != migration.MsgStart && msg.Type != migration.MsgError {
+			// The images are checked and the volume made: nothing may
+			// change them now.
+			return fmt.Errorf("%w: %q after the images", migration.ErrProtocol, msg.Type)
+		}
 		switch msg.Type {
 		case migration.MsgDisk:
 			if err := m.injectFault(faultRecvDisk); err != nil {
@@ -307,6 +324,7 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 			if err := m.receiveImages(ctx, msg.Pages); err != nil {
 				return err
 			}
+			m.beginStart(ctx)
 		case migration.MsgSnapshot:
 			if err := m.receiveSnapshot(ctx, msg, r); err != nil {
 				return err
@@ -335,12 +353,29 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 		return fmt.Errorf("%w: start before any disk", migration.ErrProtocol)
 	}
 	t0 := time.Now()
-	if err := m.disk.Commit(ctx); err != nil {
+	early := m.takeEarly()
+	if early != nil && early.lp != nil {
+		m.lazy = early.lp // killed by restore's failure
+	}
+	m.started = true
+	if err := m.commitDisk(ctx); err != nil {
+		if m.lazy != nil {
+			m.lazy.Kill()
+		}
 		return fmt.Errorf("create root filesystem: %w", err)
 	}
 	vol := containerVolume(m.name)
 	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
+	if early != nil && early.lpErr != nil {
+		return early.lpErr
+	}
+	if early != nil && early.checkErr != nil {
+		if m.lazy != nil {
+			m.lazy.Kill()
+		}
+		return early.checkErr
+	}
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
 	case m.hello.Live:
@@ -371,34 +406,18 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 // session (a socket pair tunnelled to the source).
 func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) error) error {
 	d := m.d
+	lp := m.lazy // started once the images were in (beginStart)
 	if err := m.injectFault(faultRestore); err != nil {
+		if lp != nil {
+			lp.Kill()
+		}
 		return err
 	}
-	var lp *runtime.LazyPages
-	if m.lazyRestore() {
-		tlp := time.Now()
-		// Post-copy pulls the pages from the source's page server;
-		// pre-copy's lazy-pages reads them from the images here (the
-		// passes and the final dump).
-		var ps *os.File
+	if lp == nil && m.lazyRestore() {
 		var err error
-		if m.hello.Memory == api.MemoryLazy {
-			if ps, err = m.tunnelPages(ctx); err != nil {
-				return err
-			}
-		}
-		lp, err = d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
-		if ps != nil {
-			ps.Close() // the daemon has it
-		}
-		if err != nil {
+		if lp, err = m.startLazyPages(ctx); err != nil {
 			return err
 		}
-		if err := lp.WaitReady(ctx, m.work); err != nil {
-			lp.Kill()
-			return err
-		}
-		d.log.Debug("migration target: lazy-pages daemon ready", "name", m.name, "took", time.Since(tlp))
 		m.lazy = lp
 	}
 	t0 := time.Now()

@@ -31,7 +31,12 @@ func (m *migrationTarget) receiveDisk(ctx context.Context, msg migration.Message
 	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration}, nil)
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
 	err = m.disk.ReceivePass(ctx, cr)
-	if err == nil {
+	switch {
+	case err != nil:
+	case msg.Final && m.hello.Live && m.d.storage.Info().DurableCommit:
+		// The volume is made now: that makes the pass durable too.
+		err = m.commitDisk(ctx)
+	default:
 		err = m.d.storage.Sync(ctx)
 	}
 	p.end()
@@ -65,6 +70,7 @@ func (m *migrationTarget) receiveImages(ctx context.Context, pages []string) err
 	if err := m.waitPages(ctx, pages); err != nil {
 		return fmt.Errorf("receive memory pages: %w", err)
 	}
+	m.imagesIn.Store(true)
 	m.d.log.Debug("migration target: images received", "name", m.name, "bytes", n,
 		"took", t1.Sub(t0), "then pages", time.Since(t1))
 	return m.sess.Send(migration.Message{Type: migration.MsgImagesDone, Bytes: n})
@@ -91,6 +97,11 @@ func (m *migrationTarget) dispatch(ctx context.Context) {
 		case migration.StreamLogs:
 			m.logsCh <- st
 		case migration.StreamPage:
+			if m.imagesIn.Load() {
+				st.Close()
+				m.abort(fmt.Errorf("%w: a page file after the images", migration.ErrProtocol))
+				return
+			}
 			if pages++; pages == 1 {
 				// The source's dump is under way, and blocks on this
 				// stream until it is read.

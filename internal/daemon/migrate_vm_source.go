@@ -221,7 +221,7 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	// device state meanwhile), and lets the VM run once the mirror has
 	// completed (its last flush included) and it hears so.
 	m.phase = movePhaseSwitchover
-	if err := m.startOnTarget(); err != nil {
+	if err := m.startOnTarget(true); err != nil {
 		return err
 	}
 	if err := mon.BlockJobCancel(ctx, qemu.MirrorJobID, false); err != nil {

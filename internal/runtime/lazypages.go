@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"time"
 )
 
 // LazyPagesOptions configure the CRIU lazy-pages daemon of a post-copy
@@ -41,6 +40,9 @@ type LazyPages struct {
 	done chan struct{}
 	err  error
 	log  string
+	// ready is closed when CRIU wrote its status byte (--status-fd: it
+	// listens for the restore) or closed the pipe without it.
+	ready chan struct{}
 }
 
 // StartLazyPages starts the lazy-pages daemon; start the restore (with
@@ -53,23 +55,39 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 		return nil, err
 	}
 	log := filepath.Join(o.WorkPath, "lazy-pages.log")
+	// CRIU writes a byte on the status pipe once it listens for the
+	// restore: no polling for its socket.
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statusW.Close()
 	args := []string{"lazy-pages", "--images-dir", o.ImagePath, "--work-dir", o.WorkPath, "--log-file", log, "-v4"}
+	var files []*os.File
 	if o.PageServer != nil {
 		args = append(args, "--page-server", "--ps-socket", strconv.Itoa(lazyPagesSocketFd))
+		files = append(files, o.PageServer) // lazyPagesSocketFd
 	}
+	args = append(args, "--status-fd", strconv.Itoa(lazyPagesSocketFd+len(files)))
+	files = append(files, statusW)
 	cmd := exec.Command(r.cfg.Criu, args...)
-	if o.PageServer != nil {
-		cmd.ExtraFiles = []*os.File{o.PageServer} // lazyPagesSocketFd
-	}
+	cmd.ExtraFiles = files
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	// Its own process group: it must outlive a cancelled request, and the
 	// caller ends it explicitly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		statusR.Close()
 		return nil, fmt.Errorf("start criu lazy-pages: %w", err)
 	}
-	lp := &LazyPages{cmd: cmd, done: make(chan struct{}), log: log}
+	lp := &LazyPages{cmd: cmd, done: make(chan struct{}), log: log, ready: make(chan struct{})}
+	go func() {
+		defer statusR.Close()
+		var b [1]byte
+		_, _ = statusR.Read(b[:]) // the byte, or EOF: WaitReady checks the socket
+		close(lp.ready)
+	}()
 	go func() {
 		if err := cmd.Wait(); err != nil {
 			lp.err = fmt.Errorf("criu lazy-pages: %w: %s%s", err, bytes.TrimSpace(stderr.Bytes()), criuLogErrors(log))
@@ -79,25 +97,28 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 	return lp, nil
 }
 
-// WaitReady waits until the daemon listens for the restore (its socket
-// exists), so the restore that follows does not race it.
+// WaitReady waits until the daemon listens for the restore (its status
+// byte; its socket exists), so the restore that follows does not race it.
 func (lp *LazyPages) WaitReady(ctx context.Context, workPath string) error {
-	sock := filepath.Join(workPath, "lazy-pages.socket")
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			return nil
-		}
-		select {
-		case <-lp.done:
-			if lp.err != nil {
-				return lp.err
-			}
-			return fmt.Errorf("criu lazy-pages exited before it was ready%s", criuLogErrors(lp.log))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
+	select {
+	case <-lp.ready:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+	// The byte, or the pipe closed without it by an exit: the socket
+	// tells which.
+	if _, err := os.Stat(filepath.Join(workPath, "lazy-pages.socket")); err == nil {
+		return nil
+	}
+	select {
+	case <-lp.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if lp.err != nil {
+		return lp.err
+	}
+	return fmt.Errorf("criu lazy-pages exited before it was ready%s", criuLogErrors(lp.log))
 }
 
 // Done is closed when the daemon exits: every page has been handed over,

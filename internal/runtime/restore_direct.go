@@ -44,6 +44,11 @@ import (
 
 // Restorer is a prepared restore: Run restores, Abort gives up.
 type Restorer interface {
+	// CheckImages checks the images of an untrusted peer and shares them
+	// with the container's root (Run's first step); a caller with the
+	// images complete before the frozen window calls it then, and Run
+	// skips it.
+	CheckImages() error
 	Run(ctx context.Context) (Process, error)
 	Abort()
 }
@@ -58,14 +63,16 @@ type PreparedRestore struct {
 	// cgroupMgr is set when the restore made the container's cgroups.
 	cgroupMgr occgroups.Manager
 	shimPid   int
-	reports   <-chan reportResult
-	sk        *os.File // our end of CRIU's RPC socket
-	initPipe  *os.File // init's pid goes to the shim on it
-	criuPid   int
-	extFds    []string // CRIU's stdio as the next dump names it
-	opts      *rpc.CriuOpts
-	criuRoot  string
-	done      bool
+	// imagesChecked: CheckImages has run.
+	imagesChecked bool
+	reports       <-chan reportResult
+	sk            *os.File // our end of CRIU's RPC socket
+	initPipe      *os.File // init's pid goes to the shim on it
+	criuPid       int
+	extFds        []string // CRIU's stdio as the next dump names it
+	opts          *rpc.CriuOpts
+	criuRoot      string
+	done          bool
 }
 
 // restoreNetnsKey is the key under which a dump declares the container's
@@ -276,6 +283,25 @@ func restoreRequest(cfg *configs.Config, criuCgroups map[string]string, o Restor
 	return opts, nil
 }
 
+// CheckImages implements Restorer.
+func (p *PreparedRestore) CheckImages() error {
+	if p.imagesChecked {
+		return nil
+	}
+	if m := p.o.IDMap; m != nil {
+		if p.o.Untrusted {
+			if err := CheckUserns(p.o.ImagePath, *m); err != nil {
+				return err
+			}
+		}
+		if err := ShareImages(p.o.ImagePath, *m); err != nil {
+			return err
+		}
+	}
+	p.imagesChecked = true
+	return nil
+}
+
 // Run restores the container: the frozen window's part. The images must
 // be complete and the root filesystem final. It returns once init runs
 // under the shim and runc knows the container.
@@ -291,15 +317,8 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	}()
 	t0 := time.Now()
 	lap := func(what string) { p.r.cfg.Log.Debug("restore "+what, "id", p.id, "after", time.Since(t0)) }
-	if m := p.o.IDMap; m != nil {
-		if p.o.Untrusted {
-			if err := CheckUserns(p.o.ImagePath, *m); err != nil {
-				return Process{}, err
-			}
-		}
-		if err := ShareImages(p.o.ImagePath, *m); err != nil {
-			return Process{}, err
-		}
+	if err := p.CheckImages(); err != nil {
+		return Process{}, err
 	}
 	lap("images checked")
 	images, err := os.Open(p.o.ImagePath)

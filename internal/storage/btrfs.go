@@ -69,7 +69,7 @@ func newBtrfs(cfg Config) (Driver, error) {
 
 // Info implements Driver.
 func (d *btrfsDriver) Info() Info {
-	return Info{Name: "btrfs", InstantClone: true, BlockBacked: true, TransferFormat: transferFormatBtrfs}
+	return Info{Name: "btrfs", InstantClone: true, BlockBacked: true, TransferFormat: transferFormatBtrfs, DurableCommit: true}
 }
 
 // Path implements Driver. It returns "" for an invalid volume.

@@ -85,6 +85,11 @@ type Info struct {
 	// (e.g. "btrfs-send/1", "tar-sync/1"); a volume moves between two hosts
 	// whose drivers have the same format. Callers compare formats, never names.
 	TransferFormat string
+	// DurableCommit is true when a receiver's Commit puts what the passes
+	// brought on disk by itself (btrfs: a snapshot flushes its source's
+	// data and commits the transaction), so a caller that commits right
+	// after the last pass need not Sync before it.
+	DurableCommit bool
 }
 
 // Usage is a pool's or a volume's space accounting, in bytes.

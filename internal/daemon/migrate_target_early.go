@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/runtime"
+)
+
+// earlyStart is what a live move's target does as soon as the images are
+// in, while the source writes its journal and says "start": the volume is
+// made from the last disk pass (a btrfs snapshot, 1-4 ms), a lazy
+// restore's lazy-pages daemon is started (~7 ms), and the images are
+// checked and shared with the container's root (0.4-2 ms). Both used to run after
+// "start", inside the frozen window, one after the other. Neither is
+// visible to anyone: a move that fails before "start" deletes the volume
+// and kills the daemon (endEarly).
+type earlyStart struct {
+	done     chan struct{}
+	lp       *runtime.LazyPages
+	lpErr    error
+	checkErr error // the images' check (Restorer.CheckImages)
+	// used: start took the results over (and their cleanup with them).
+	used bool
+}
+
+// beginStart starts the early work of a live move (nothing for a cold
+// one, or before any disk).
+func (m *migrationTarget) beginStart(ctx context.Context) {
+	if m.early != nil || m.disk == nil || !m.hello.Live {
+		return
+	}
+	committed := m.committed // by the last pass (commitDisk)
+	e := &earlyStart{done: make(chan struct{})}
+	m.early = e
+	go func() {
+		defer close(e.done)
+		var wg sync.WaitGroup
+		if m.lazyRestore() {
+			wg.Go(func() { e.lp, e.lpErr = m.startLazyPages(ctx) })
+		}
+		if m.rst != nil {
+			// Complete: the page files all came before the images
+			// (waitPages), and nothing writes here any more.
+			wg.Go(func() { e.checkErr = m.rst.CheckImages() })
+		}
+		if !committed {
+			_ = m.commitDisk(ctx) // start reads its error
+		}
+		wg.Wait()
+	}()
+}
+
+// takeEarly waits for the early work and hands its results to start (nil
+// when there was none).
+func (m *migrationTarget) takeEarly() *earlyStart {
+	e := m.early
+	if e == nil {
+		return nil
+	}
+	<-e.done
+	e.used = true
+	return e
+}
+
+// endEarly undoes early work that start never took over (the move failed
+// before "start"); it runs before the disk receiver is closed.
+func (m *migrationTarget) endEarly() {
+	e := m.early
+	if e == nil || e.used {
+		return
+	}
+	<-e.done
+	if e.lp != nil {
+		e.lp.Kill()
+	}
+}
+
+// dropUnstartedVolume deletes a volume commitDisk made for a move that
+// failed before start took it over (start registers its own revert).
+func (m *migrationTarget) dropUnstartedVolume() {
+	if m.committed && !m.started {
+		m.d.undo("delete volume", m.name, m.d.storage.DeleteVolume(context.Background(), containerVolume(m.name)))
+	}
+}
+
+// commitDisk makes the container's volume from the last disk pass, once:
+// on a driver whose commit is durable (btrfs) as the final pass of a live
+// move arrives, in place of the sync before its acknowledgement (one
+// transaction commit instead of two, while the source still dumps);
+// otherwise once the images are in (beginStart) or at "start". The
+// outcome stays for start (commitErr).
+func (m *migrationTarget) commitDisk(ctx context.Context) error {
+	if m.committed || m.commitErr != nil {
+		return m.commitErr
+	}
+	t0 := time.Now()
+	m.commitErr = m.disk.Commit(ctx)
+	m.committed = m.commitErr == nil
+	m.d.log.Debug("migration target: volume made", "name", m.name, "took", time.Since(t0))
+	return m.commitErr
+}
+
+// startLazyPages starts the restore's lazy-pages daemon: post-copy's pulls
+// the pages from the source's page server, pre-copy's copies them in from
+// the images here (the passes and the final dump).
+func (m *migrationTarget) startLazyPages(ctx context.Context) (*runtime.LazyPages, error) {
+	tlp := time.Now()
+	var ps *os.File
+	var err error
+	if m.hello.Memory == api.MemoryLazy {
+		if ps, err = m.tunnelPages(ctx); err != nil {
+			return nil, err
+		}
+	}
+	lp, err := m.d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
+	if ps != nil {
+		ps.Close() // the daemon has it
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := lp.WaitReady(ctx, m.work); err != nil {
+		lp.Kill()
+		return nil, err
+	}
+	m.d.log.Debug("migration target: lazy-pages daemon ready", "name", m.name, "took", time.Since(tlp))
+	return lp, nil
+}
