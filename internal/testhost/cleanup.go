@@ -160,18 +160,86 @@ func (h *Host) mounts() []string {
 }
 
 // cgroupDirs returns the host's cgroups in every hierarchy: the cgroup
-// parent and anything named after it (the control cgroup PARENT-control).
+// parent and the control cgroup (PARENT-control, where vesseld and the
+// helpers it starts run; a helper still running when the daemon stops
+// keeps it). The hierarchies are the v1 controllers' and the unified one
+// under /sys/fs/cgroup (hybrid), or /sys/fs/cgroup itself (v2 only).
 func (h *Host) cgroupDirs() []string {
+	return cgroupDirsIn(cgroupRoots(cgroupMount), h.cgParent)
+}
+
+// cgroupMount is where the cgroup hierarchies are mounted.
+const cgroupMount = "/sys/fs/cgroup"
+
+// cgroupRoots returns the roots of the hierarchies mounted at mnt: mnt
+// itself when it is a cgroup2 tree, else its subdirectories (v1's
+// controllers and a hybrid host's unified tree).
+func cgroupRoots(mnt string) []string {
+	if _, err := os.Stat(filepath.Join(mnt, "cgroup.controllers")); err == nil {
+		return []string{mnt}
+	}
 	var out []string
-	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, c := range ctrls {
-		for _, p := range []string{filepath.Join(c, h.cgParent), filepath.Join(c, h.cgParent+"-control")} {
+	ents, _ := os.ReadDir(mnt)
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(mnt, e.Name()))
+		}
+	}
+	return out
+}
+
+// cgroupDirsIn returns parent and parent-control in each root where they
+// exist.
+func cgroupDirsIn(roots []string, parent string) []string {
+	if parent == "" || parent == "/" {
+		return nil
+	}
+	var out []string
+	for _, r := range roots {
+		for _, p := range []string{filepath.Join(r, parent), filepath.Join(r, parent+"-control")} {
 			if _, err := os.Stat(p); err == nil {
 				out = append(out, p)
 			}
 		}
 	}
 	return out
+}
+
+// killCgroupTree kills every process in a cgroup and its children (cgroup
+// v2's cgroup.kill where there is one, else each pid in cgroup.procs) and
+// waits up to 5 s for them to be gone.
+func killCgroupTree(dir string) {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	for i := 0; i < 100 && cgroupHasProcs(dir); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cgroupHasProcs says whether a process is in the cgroup or below it.
+func cgroupHasProcs(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "cgroup.procs" {
+			if b, _ := os.ReadFile(p); len(strings.TrimSpace(string(b))) > 0 {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 func (h *Host) RuncContainers() []string {
@@ -223,6 +291,9 @@ func (h *Host) forceCleanup() {
 		}
 	}
 	for _, d := range h.cgroupDirs() {
+		// What still runs there (a helper the daemon left: a stuck CRIU,
+		// a shim not yet moved) is the host's own: it goes too.
+		killCgroupTree(d)
 		removeCgroupTree(d)
 	}
 }
