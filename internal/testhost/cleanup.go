@@ -45,7 +45,7 @@ func (h *Host) Teardown() {
 		if !h.t.Failed() {
 			h.t.Errorf("host %s left behind:\n  %s\ndaemon log:\n%s", h.id, strings.Join(leaks, "\n  "), h.Log())
 		}
-		h.forceCleanup()
+		h.ForceCleanup()
 		if again := h.Leftovers(); len(again) > 0 {
 			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
 		}
@@ -258,8 +258,9 @@ func (h *Host) netCmd(name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.opts.Netns, "--", name}, args...)...)
 }
 
-// forceCleanup removes everything the host may hold, without the daemon.
-func (h *Host) forceCleanup() {
+// ForceCleanup removes everything the host may hold, without the daemon
+// (the teardown does when the leak check finds something).
+func (h *Host) ForceCleanup() {
 	if h.pid != 0 {
 		h.KillDaemon()
 	}
