@@ -210,9 +210,9 @@ func cgroupDirsIn(roots []string, parent string) []string {
 // waits up to 5 s for them to be gone.
 func killCgroupTree(dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-				return nil
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, walkErr error) error {
+			if walkErr != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil //nolint:nilerr // a cgroup gone meanwhile has nothing to kill
 			}
 			b, _ := os.ReadFile(p)
 			for _, f := range strings.Fields(string(b)) {
