@@ -287,9 +287,15 @@ func (h *Host) StopDaemon() {
 	}
 	_ = syscall.Kill(h.pid, syscall.SIGTERM)
 	if !h.waitExit(60 * time.Second) {
-		_ = syscall.Kill(h.pid, syscall.SIGKILL)
-		h.waitExit(10 * time.Second)
-		h.t.Errorf("vesseld did not exit on SIGTERM")
+		// SIGQUIT first: the Go runtime writes every goroutine's stack
+		// to the daemon's log (kept: the test fails) and exits, which
+		// shows where it hung.
+		_ = syscall.Kill(h.pid, syscall.SIGQUIT)
+		if !h.waitExit(10 * time.Second) {
+			_ = syscall.Kill(h.pid, syscall.SIGKILL)
+			h.waitExit(10 * time.Second)
+		}
+		h.t.Errorf("vesseld did not exit on SIGTERM (its goroutines' stacks are in its log, %s)", h.logPath)
 	}
 	h.cmd, h.pid = nil, 0
 }
