@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # guest-bundle.sh — sourced by scripts/test-v2 and scripts/bench-v2: builds
 # here what a guest of the host image cannot (it has no Go or C toolchain)
 # and ships it to a guest.
