@@ -340,7 +340,11 @@ vm_support() {
 	mkdir -p "$dir/$kver.new"
 	cp "$tmp/x/boot/vmlinuz-$kver" "$dir/$kver.new/vmlinuz"
 	cp "$tmp/x/boot/config-$kver" "$dir/$kver.new/config"
-	mv "$tmp/x/lib/modules/$kver" "$dir/$kver.new/modules"
+	# trixie's kernel packages ship their modules in /usr/lib/modules,
+	# bookworm-backports' in /lib/modules.
+	local mods=$tmp/x/usr/lib/modules/$kver
+	[ -d "$mods" ] || mods=$tmp/x/lib/modules/$kver
+	mv "$mods" "$dir/$kver.new/modules"
 	rm -rf "${dir:?}/${kver:?}"
 	mv "$dir/$kver.new" "$dir/$kver"
 	ln -sfn "$kver" "$dir/current"

@@ -55,7 +55,9 @@ It writes /etc/vessel/vesseld.env (vesseld's flags as VESSEL_<FLAG>=value),
 restarts vesseld.service when systemd runs this host (else it says how to
 start vesseld), waits for the API and prints a summary.
 
---storage-device DEV makes a btrfs filesystem on DEV for the pool. A device
+--storage-device DEV makes a btrfs filesystem on DEV for the pool, with
+--storage-device-idle (30ms) as BFQ's slice_idle there once a disk weight is
+set on cgroup v2 (so that limits.disk.weight splits the disk). A device
 in use (mounted, swap, a RAID or LVM member) is refused; one that holds a
 filesystem or a partition table is refused unless --force, which erases it.
 
@@ -70,6 +72,7 @@ unless --force.`,
 	f.BoolVar(&o.auto, "auto", false, "ask nothing: take the flags and the defaults")
 	f.BoolVar(&o.force, "force", false, "set up an initialized host again; erase a storage device's filesystem or partition table")
 	f.StringVar(&o.cfg.StorageDevice, "storage-device", "", "block device for the pool (formatted btrfs); default: a pool file in /var/lib/vessel")
+	f.DurationVar(&o.cfg.StorageDeviceIdle, "storage-device-idle", o.cfg.StorageDeviceIdle, "BFQ's slice_idle on the storage device for disk weights on cgroup v2 (0: BFQ's own, 8ms)")
 	f.StringVar(&o.size, "storage-size", "", "size of the pool file, e.g. 50GiB (default 20GiB)")
 	f.StringVar(&o.cfg.Bridge, "bridge", o.cfg.Bridge, "the containers' bridge")
 	f.StringVar(&o.cfg.Subnet, "subnet", o.cfg.Subnet, "the containers' IPv4 subnet")

@@ -34,6 +34,9 @@ func TestHostConfigValidate(t *testing.T) {
 		{"ipv6 subnet", ok(func(c *hostConfig) { c.Subnet = "fd00::/64" }), "IPv4 CIDR"},
 		{"no prefix", ok(func(c *hostConfig) { c.Subnet = "10.0.0.1" }), "IPv4 CIDR"},
 		{"tiny subnet", ok(func(c *hostConfig) { c.Subnet = "10.0.0.0/31" }), "too small"},
+		{"device idle 0", ok(func(c *hostConfig) { c.StorageDevice, c.StorageDeviceIdle = "/dev/vdb", 0 }), ""},
+		{"negative device idle", ok(func(c *hostConfig) { c.StorageDeviceIdle = -time.Millisecond }), "storage device idle"},
+		{"long device idle", ok(func(c *hostConfig) { c.StorageDeviceIdle = 2 * time.Second }), "storage device idle"},
 		{"listen", ok(func(c *hostConfig) { c.Listen = []string{":8443", "[::1]:8443", "192.0.2.1:443"} }), ""},
 		{"listen no port", ok(func(c *hostConfig) { c.Listen = []string{"192.0.2.1"} }), "host:port"},
 		{"listen port 0", ok(func(c *hostConfig) { c.Listen = []string{":0"} }), "1..65535"},
@@ -63,9 +66,9 @@ func TestRenderEnv(t *testing.T) {
 	}{
 		{"defaults", defaultHostConfig(), map[string]string{
 			"VESSEL_STORAGE_SIZE": "20480", "VESSEL_BRIDGE": "vesselbr0", "VESSEL_SUBNET": "10.87.0.0/24"}},
-		{"device and listen", hostConfig{StorageDevice: "/dev/disk/by-uuid/1234", Bridge: "br1",
-			Subnet: "10.1.0.0/16", Listen: []string{":8443", "[::1]:9443"}}, map[string]string{
-			"VESSEL_STORAGE_DEVICE": "/dev/disk/by-uuid/1234", "VESSEL_BRIDGE": "br1",
+		{"device and listen", hostConfig{StorageDevice: "/dev/disk/by-uuid/1234", StorageDeviceIdle: defaultStorageDeviceIdle,
+			Bridge: "br1", Subnet: "10.1.0.0/16", Listen: []string{":8443", "[::1]:9443"}}, map[string]string{
+			"VESSEL_STORAGE_DEVICE": "/dev/disk/by-uuid/1234", "VESSEL_STORAGE_DEVICE_IDLE": "30ms", "VESSEL_BRIDGE": "br1",
 			"VESSEL_SUBNET": "10.1.0.0/16", "VESSEL_LISTEN": ":8443,[::1]:9443"}},
 		{"pool size", hostConfig{StorageSize: 50 << 30, Bridge: "vesselbr0", Subnet: "10.87.0.0/24"}, map[string]string{
 			"VESSEL_STORAGE_SIZE": "51200", "VESSEL_BRIDGE": "vesselbr0", "VESSEL_SUBNET": "10.87.0.0/24"}},

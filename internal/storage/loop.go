@@ -169,8 +169,11 @@ func configureLoop(dev, file *os.File, flags, blockSize uint32) error {
 // reported by the kernel with a " (deleted)" suffix, which is kept.
 func loopBackingFile(name string) (string, bool, error) {
 	b, err := os.ReadFile(filepath.Join(sysBlock, name, "loop", "backing_file"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil // the loop/ directory exists only while bound
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
+		// The loop/ directory exists only while bound; read while the
+		// device is being unbound, its file says ENODEV (seen with
+		// Debian 13's 6.12 kernel in the guest lane).
+		return "", false, nil
 	}
 	if err != nil {
 		return "", false, err

@@ -45,7 +45,7 @@ func (h *Host) Teardown() {
 		if !h.t.Failed() {
 			h.t.Errorf("host %s left behind:\n  %s\ndaemon log:\n%s", h.id, strings.Join(leaks, "\n  "), h.Log())
 		}
-		h.forceCleanup()
+		h.ForceCleanup()
 		if again := h.Leftovers(); len(again) > 0 {
 			h.t.Errorf("forced cleanup could not remove:\n  %s", strings.Join(again, "\n  "))
 		}
@@ -160,18 +160,86 @@ func (h *Host) mounts() []string {
 }
 
 // cgroupDirs returns the host's cgroups in every hierarchy: the cgroup
-// parent and anything named after it (the control cgroup PARENT-control).
+// parent and the control cgroup (PARENT-control, where vesseld and the
+// helpers it starts run; a helper still running when the daemon stops
+// keeps it). The hierarchies are the v1 controllers' and the unified one
+// under /sys/fs/cgroup (hybrid), or /sys/fs/cgroup itself (v2 only).
 func (h *Host) cgroupDirs() []string {
+	return cgroupDirsIn(cgroupRoots(cgroupMount), h.cgParent)
+}
+
+// cgroupMount is where the cgroup hierarchies are mounted.
+const cgroupMount = "/sys/fs/cgroup"
+
+// cgroupRoots returns the roots of the hierarchies mounted at mnt: mnt
+// itself when it is a cgroup2 tree, else its subdirectories (v1's
+// controllers and a hybrid host's unified tree).
+func cgroupRoots(mnt string) []string {
+	if _, err := os.Stat(filepath.Join(mnt, "cgroup.controllers")); err == nil {
+		return []string{mnt}
+	}
 	var out []string
-	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, c := range ctrls {
-		for _, p := range []string{filepath.Join(c, h.cgParent), filepath.Join(c, h.cgParent+"-control")} {
+	ents, _ := os.ReadDir(mnt)
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(mnt, e.Name()))
+		}
+	}
+	return out
+}
+
+// cgroupDirsIn returns parent and parent-control in each root where they
+// exist.
+func cgroupDirsIn(roots []string, parent string) []string {
+	if parent == "" || parent == "/" {
+		return nil
+	}
+	var out []string
+	for _, r := range roots {
+		for _, p := range []string{filepath.Join(r, parent), filepath.Join(r, parent+"-control")} {
 			if _, err := os.Stat(p); err == nil {
 				out = append(out, p)
 			}
 		}
 	}
 	return out
+}
+
+// killCgroupTree kills every process in a cgroup and its children (cgroup
+// v2's cgroup.kill where there is one, else each pid in cgroup.procs) and
+// waits up to 5 s for them to be gone.
+func killCgroupTree(dir string) {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, walkErr error) error {
+			if walkErr != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil //nolint:nilerr // a cgroup gone meanwhile has nothing to kill
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	for i := 0; i < 100 && cgroupHasProcs(dir); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cgroupHasProcs says whether a process is in the cgroup or below it.
+func cgroupHasProcs(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "cgroup.procs" {
+			if b, _ := os.ReadFile(p); len(strings.TrimSpace(string(b))) > 0 {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 func (h *Host) RuncContainers() []string {
@@ -190,8 +258,9 @@ func (h *Host) netCmd(name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.opts.Netns, "--", name}, args...)...)
 }
 
-// forceCleanup removes everything the host may hold, without the daemon.
-func (h *Host) forceCleanup() {
+// ForceCleanup removes everything the host may hold, without the daemon
+// (the teardown does when the leak check finds something).
+func (h *Host) ForceCleanup() {
 	if h.pid != 0 {
 		h.KillDaemon()
 	}
@@ -223,6 +292,9 @@ func (h *Host) forceCleanup() {
 		}
 	}
 	for _, d := range h.cgroupDirs() {
+		// What still runs there (a helper the daemon left: a stuck CRIU,
+		// a shim not yet moved) is the host's own: it goes too.
+		killCgroupTree(d)
 		removeCgroupTree(d)
 	}
 }

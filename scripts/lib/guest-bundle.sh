@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # guest-bundle.sh — sourced by scripts/test-v2 and scripts/bench-v2: builds
 # here what a guest of the host image cannot (it has no Go or C toolchain)
 # and ships it to a guest.
@@ -7,8 +8,9 @@
 #                       internal/testhost/prebuilt.go) and the source tree
 #                       into OUT/src.tar (tests read testdata/ beside them)
 #   bundle_ship OUT VM  copies OUT's bin/, tests/, bench/ and src.tar to
-#                       /root/t in the guest VM and unpacks the source into
-#                       /root/t/src
+#                       /opt/vessel-t in the guest VM and unpacks the source
+#                       into /opt/vessel-t/src (not under /root, which is
+#                       0700: tests run helpers there as nobody)
 #   lab_ensure VM       boots the lab unless VM is up; stops it at exit
 #                       again unless VMLAB_KEEP=1
 
@@ -32,8 +34,8 @@ bundle_ship() {
 	tar -C "$out" -cf "$out.tar" "${parts[@]}"
 	scripts/vmlab cp "$out.tar" "$vm:/root/bundle.tar"
 	rm -f "$out.tar"
-	scripts/vmlab exec "$vm" 'set -e; rm -rf /root/t; mkdir -p /root/t/src; cd /root/t; tar -xf /root/bundle.tar;
-		rm /root/bundle.tar; tar -C src -xf src.tar; chmod 755 /root/t /root/t/bin'
+	scripts/vmlab exec "$vm" 'set -e; rm -rf /root/t /opt/vessel-t; mkdir -p /opt/vessel-t/src; cd /opt/vessel-t;
+		tar -xf /root/bundle.tar; rm /root/bundle.tar; tar -C src -xf src.tar; chmod 755 /opt/vessel-t /opt/vessel-t/bin'
 }
 
 lab_ensure() {

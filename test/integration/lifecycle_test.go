@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -302,6 +303,53 @@ func TestNoLeftoversAfterDaemonStop(t *testing.T) {
 	// And a fresh start sets everything up again.
 	h.Start()
 	h.OK("launch", "busybox", "again")
+}
+
+// TestControlCgroupLeftover: a process still in vesseld's control cgroup
+// when it stops (a helper that outlived it, as a stuck CRIU once did) keeps
+// that cgroup; the teardown's leak check names it, on cgroup v1 and v2
+// alike, and the forced cleanup kills the process and removes the cgroup.
+func TestControlCgroupLeftover(t *testing.T) {
+	h := newHost(t)
+	ctrl := h.CgroupParent() + "-control"
+	var dirs []string
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		dirs = []string{"/sys/fs/cgroup" + ctrl}
+	} else {
+		dirs, _ = filepath.Glob("/sys/fs/cgroup/*" + ctrl)
+	}
+	if len(dirs) == 0 {
+		t.Fatalf("no control cgroup %s", ctrl)
+	}
+	helper := exec.Command("sleep", "600")
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = helper.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = helper.Process.Kill(); <-exited })
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(fmt.Sprint(helper.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.StopDaemon()
+	found := false
+	for _, l := range h.Leftovers() {
+		found = found || (strings.HasPrefix(l, "cgroup ") && strings.HasSuffix(l, ctrl))
+	}
+	if !found {
+		t.Fatalf("leak check misses the control cgroup %s with a process in it: %v", ctrl, h.Leftovers())
+	}
+	h.ForceCleanup()
+	if l := h.Leftovers(); len(l) != 0 {
+		t.Fatalf("after the forced cleanup: %v", l)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process in the control cgroup still runs after the forced cleanup")
+	}
 }
 
 // TestDirStorageDriver runs a container on the dir driver (hosts without
