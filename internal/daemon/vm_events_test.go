@@ -47,7 +47,7 @@ func TestVMRebootKeepsItRunning(t *testing.T) {
 	defer cancel()
 	exec := func() {
 		t.Helper()
-		if code, err := td.Exec(ctx, "vm1", api.ExecPost{Command: []string{"true"}}, api.ExecIO{}); err != nil || code != 0 {
+		if code, err := td.Exec(ctx, "vm1", api.ExecPost{Command: []string{"true"}, Cwd: "/"}, api.ExecIO{}); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
 	}
