@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/vesselhost/vessel/internal/api"
 )
@@ -15,22 +14,16 @@ import (
 // stops, or "error".
 func (s *Server) consoleInstance(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	inst, err := s.core.GetInstance(r.Context(), name)
-	if err != nil {
+	conn, err := s.upgradeRunning(w, r, name, func(inst api.Instance) error {
+		if inst.Type != api.InstanceVM {
+			return api.Errorf(api.ErrInvalid, "%q is a container: it has no serial console to attach to (its log: GET /1.0/instances/%s/logs)", name, name)
+		}
+		return nil
+	})
+	if err != nil || conn == nil {
 		return err
 	}
-	if inst.Type != api.InstanceVM {
-		return api.Errorf(api.ErrInvalid, "%q is a container: it has no serial console to attach to (its log: GET /1.0/instances/%s/logs)", name, name)
-	}
-	if inst.Status != api.StatusRunning {
-		return api.Errorf(api.ErrConflict, "instance %q is not running (%s)", name, strings.ToLower(inst.Status))
-	}
-	conn, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return nil // the upgrader has replied
-	}
 	defer conn.Close()
-	conn.SetReadLimit(MaxExecFrame)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 
@@ -39,11 +32,6 @@ func (s *Server) consoleInstance(w http.ResponseWriter, r *http.Request) error {
 	go readClientFrames(conn, stdinW, nil, cancel)
 	err = s.core.Console(ctx, name, api.ExecIO{Stdin: stdinR, Stdout: ws.stream(api.StreamStdout)})
 	stdinR.Close()
-	ctl := api.ExecControl{Type: api.ExecExit}
-	if err != nil {
-		ctl = api.ExecControl{Type: api.ExecError, ExitCode: -1, Error: err.Error()}
-	}
-	_ = ws.writeJSON(ctl)
-	_ = ws.close()
+	ws.end(0, err)
 	return nil
 }

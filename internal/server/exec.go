@@ -26,21 +26,11 @@ var upgrader = websocket.Upgrader{
 // api.ExecPost for the framing.
 func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	inst, err := s.core.GetInstance(r.Context(), name)
-	if err != nil {
+	conn, err := s.upgradeRunning(w, r, name, nil)
+	if err != nil || conn == nil {
 		return err
 	}
-	if inst.Status != api.StatusRunning {
-		return api.Errorf(api.ErrConflict, "instance %q is not running (%s)", name, strings.ToLower(inst.Status))
-	}
-	conn, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return nil // the upgrader has replied
-	}
 	defer conn.Close()
-	// A message beyond the limit fails the read below (and gorilla closes
-	// the session with 1009, message too big), which ends the command.
-	conn.SetReadLimit(MaxExecFrame)
 
 	var req api.ExecPost
 	if err := conn.ReadJSON(&req); err != nil {
@@ -61,13 +51,34 @@ func (s *Server) execInstance(w http.ResponseWriter, r *http.Request) error {
 		Resize: resize,
 	})
 	stdinR.Close()
-	ctl := api.ExecControl{Type: api.ExecExit, ExitCode: code}
-	if err != nil {
-		ctl = api.ExecControl{Type: api.ExecError, ExitCode: -1, Error: err.Error()}
-	}
-	_ = ws.writeJSON(ctl)
-	_ = ws.close()
+	ws.end(code, err)
 	return nil
+}
+
+// upgradeRunning checks that instance name runs (and passes check, if
+// given), then upgrades the request to a websocket whose messages are
+// bounded by MaxExecFrame: a larger one fails the read (gorilla closes
+// the session with 1009, message too big), which ends the session. A nil
+// conn with a nil error means the upgrader has replied already.
+func (s *Server) upgradeRunning(w http.ResponseWriter, r *http.Request, name string, check func(api.Instance) error) (*websocket.Conn, error) {
+	inst, err := s.core.GetInstance(r.Context(), name)
+	if err != nil {
+		return nil, err
+	}
+	if check != nil {
+		if err := check(inst); err != nil {
+			return nil, err
+		}
+	}
+	if inst.Status != api.StatusRunning {
+		return nil, api.Errorf(api.ErrConflict, "instance %q is not running (%s)", name, strings.ToLower(inst.Status))
+	}
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return nil, nil
+	}
+	conn.SetReadLimit(MaxExecFrame)
+	return conn, nil
 }
 
 // readClientFrames reads a client's stdin frames into stdinW (an empty
@@ -130,6 +141,17 @@ func (w *wsWriter) writeJSON(v any) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.conn.WriteJSON(v)
+}
+
+// end sends the session's last control message (the exit code, or the
+// error that ended it) and closes the websocket normally.
+func (w *wsWriter) end(code int, err error) {
+	ctl := api.ExecControl{Type: api.ExecExit, ExitCode: code}
+	if err != nil {
+		ctl = api.ExecControl{Type: api.ExecError, ExitCode: -1, Error: err.Error()}
+	}
+	_ = w.writeJSON(ctl)
+	_ = w.close()
 }
 
 func (w *wsWriter) close() error {
