@@ -75,7 +75,7 @@ func (s *Server) upgradeRunning(w http.ResponseWriter, r *http.Request, name str
 	}
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		return nil, nil
+		return nil, nil //nolint:nilerr // the upgrader has replied to the client
 	}
 	conn.SetReadLimit(MaxExecFrame)
 	return conn, nil
