@@ -295,6 +295,8 @@ func (f *fakeRuntime) StartLazyPages(ctx context.Context, o runtime.LazyPagesOpt
 	return nil, errFakeUnsupported
 }
 
+func (f *fakeRuntime) LazyPagesEarly() bool { return false }
+
 // fakeNetwork implements instanceNetwork: endpoints attached by name, the
 // state of their host links, addresses from a small subnet (allocated by
 // the real, pure, network.Allocate).

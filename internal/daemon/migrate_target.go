@@ -106,8 +106,10 @@ type migrationTarget struct {
 	prep *prepared
 	rst  runtime.Restorer // the live restore, prepared with prep
 	// early: the volume and lazy-pages daemon made once the images are
-	// in, before "start" (migrate_target_early.go).
+	// in, before "start" (migrate_target_early.go); pre: that daemon,
+	// started as the move was accepted, until early takes it over.
 	early *earlyStart
+	pre   *preLazy
 	// committed: the volume is made from the last pass (commitDisk, or
 	// commitErr); started: start has taken it over.
 	committed, started bool
@@ -236,6 +238,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		if err := m.prepareRestore(ctx, r); err != nil {
 			return err
 		}
+		m.startPreLazy(ctx)
 	}
 	if err := sess.Send(migration.Message{Type: migration.MsgAccepted, Address: inst.record().Address}); err != nil {
 		return err
@@ -317,7 +320,7 @@ func (m *migrationTarget) receive(ctx context.Context, r *revert.Reverter) error
 				return err
 			}
 		case migration.MsgMemoryMode:
-			if err := m.switchMemoryMode(msg); err != nil {
+			if err := m.switchMemoryMode(ctx, msg); err != nil {
 				return err
 			}
 		case migration.MsgImages:
@@ -415,7 +418,7 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 	}
 	if lp == nil && m.lazyRestore() {
 		var err error
-		if lp, err = m.startLazyPages(ctx); err != nil {
+		if lp, err = m.lazyPagesReady(ctx); err != nil {
 			return err
 		}
 		m.lazy = lp

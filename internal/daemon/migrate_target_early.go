@@ -40,7 +40,7 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 		defer close(e.done)
 		var wg sync.WaitGroup
 		if m.lazyRestore() {
-			wg.Go(func() { e.lp, e.lpErr = m.startLazyPages(ctx) })
+			wg.Go(func() { e.lp, e.lpErr = m.lazyPagesReady(ctx) })
 		}
 		if m.rst != nil {
 			// Complete: the page files all came before the images
@@ -69,14 +69,81 @@ func (m *migrationTarget) takeEarly() *earlyStart {
 // endEarly undoes early work that start never took over (the move failed
 // before "start"); it runs before the disk receiver is closed.
 func (m *migrationTarget) endEarly() {
-	e := m.early
-	if e == nil || e.used {
+	if e := m.early; e != nil && !e.used {
+		<-e.done
+		if e.lp != nil {
+			e.lp.Kill()
+		}
+	}
+	m.dropPreLazy()
+}
+
+// preLazy is a lazy-pages daemon started as the move is accepted, before
+// the source freezes: its exec and setup (7-12 ms) leave the frozen
+// window, and it waits for its images (runtime.LazyPagesOptions
+// ImagesLater) until beginStart hands it over.
+type preLazy struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	lp     *runtime.LazyPages
+	err    error
+}
+
+// startPreLazy starts the lazy-pages daemon of a live move whose restore
+// is lazy, where Criu can wait for its images (nothing otherwise: it is
+// started once they are in).
+func (m *migrationTarget) startPreLazy(ctx context.Context) {
+	if !m.hello.Live || !m.lazyRestore() || !m.d.rt.LazyPagesEarly() {
 		return
 	}
-	<-e.done
-	if e.lp != nil {
-		e.lp.Kill()
+	ctx, cancel := context.WithCancel(ctx)
+	p := &preLazy{done: make(chan struct{}), cancel: cancel}
+	m.pre = p
+	go func() {
+		defer close(p.done)
+		p.lp, p.err = m.startLazyPages(ctx, true)
+	}()
+}
+
+// dropPreLazy kills a daemon startPreLazy started that nothing took over
+// (the move failed, or its memory mode changed).
+func (m *migrationTarget) dropPreLazy() {
+	p := m.pre
+	if p == nil {
+		return
 	}
+	m.pre = nil
+	p.cancel()
+	<-p.done
+	if p.lp != nil {
+		p.lp.Kill()
+	}
+}
+
+// lazyPagesReady gives the restore its lazy-pages daemon once the images
+// are in: the one started early, told so, or a new one.
+func (m *migrationTarget) lazyPagesReady(ctx context.Context) (*runtime.LazyPages, error) {
+	p := m.pre
+	if p == nil {
+		return m.startLazyPages(ctx, false)
+	}
+	m.pre = nil // taken over: the caller kills it on failure
+	defer p.cancel()
+	<-p.done
+	if p.err != nil {
+		return nil, p.err
+	}
+	t0 := time.Now()
+	if err := p.lp.ImagesIn(); err != nil {
+		p.lp.Kill()
+		return nil, err
+	}
+	if err := p.lp.WaitReady(ctx, m.work); err != nil {
+		p.lp.Kill()
+		return nil, err
+	}
+	m.d.log.Debug("migration target: early lazy-pages daemon ready", "name", m.name, "took", time.Since(t0))
+	return p.lp, nil
 }
 
 // dropUnstartedVolume deletes a volume commitDisk made for a move that
@@ -106,8 +173,10 @@ func (m *migrationTarget) commitDisk(ctx context.Context) error {
 
 // startLazyPages starts the restore's lazy-pages daemon: post-copy's pulls
 // the pages from the source's page server, pre-copy's copies them in from
-// the images here (the passes and the final dump).
-func (m *migrationTarget) startLazyPages(ctx context.Context) (*runtime.LazyPages, error) {
+// the images here (the passes and the final dump). Unless imagesLater, it
+// returns once the daemon listens for the restore; with it, at once (the
+// daemon waits for ImagesIn).
+func (m *migrationTarget) startLazyPages(ctx context.Context, imagesLater bool) (*runtime.LazyPages, error) {
 	tlp := time.Now()
 	var ps *os.File
 	var err error
@@ -116,12 +185,12 @@ func (m *migrationTarget) startLazyPages(ctx context.Context) (*runtime.LazyPage
 			return nil, err
 		}
 	}
-	lp, err := m.d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps})
+	lp, err := m.d.rt.StartLazyPages(ctx, runtime.LazyPagesOptions{ImagePath: m.images, WorkPath: m.work, PageServer: ps, ImagesLater: imagesLater})
 	if ps != nil {
 		ps.Close() // the daemon has it
 	}
-	if err != nil {
-		return nil, err
+	if err != nil || imagesLater {
+		return lp, err
 	}
 	if err := lp.WaitReady(ctx, m.work); err != nil {
 		lp.Kill()

@@ -61,7 +61,7 @@ func linkParent(dir string, i int) error {
 // switchMemoryMode follows the source's --memory=auto from pre-copy to
 // post-copy (it found its passes would not beat it): the passes go. The
 // prepared restore stays: both restore lazily (lazyRestore).
-func (m *migrationTarget) switchMemoryMode(msg migration.Message) error {
+func (m *migrationTarget) switchMemoryMode(ctx context.Context, msg migration.Message) error {
 	if m.hello.Memory != api.MemoryPrecopy || msg.Memory != api.MemoryLazy {
 		return fmt.Errorf("%w: memory mode %q to %q", migration.ErrProtocol, m.hello.Memory, msg.Memory)
 	}
@@ -73,5 +73,9 @@ func (m *migrationTarget) switchMemoryMode(msg migration.Message) error {
 	m.budget.give(m.memPassBytes)
 	m.memPasses, m.memPassBytes = 0, 0
 	m.hello.Memory = api.MemoryLazy
+	// An early lazy-pages daemon would read the passes: one for the
+	// source's page server takes its place.
+	m.dropPreLazy()
+	m.startPreLazy(ctx)
 	return m.sess.Send(migration.Message{Type: migration.MsgMemoryOK, Iteration: -1})
 }

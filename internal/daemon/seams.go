@@ -44,6 +44,9 @@ type instanceRuntime interface {
 	// NewCheckpoint prepares a checkpoint session (see checkpoint.go).
 	NewCheckpoint(ctx context.Context, id string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error)
 	StartLazyPages(ctx context.Context, o runtime.LazyPagesOptions) (*runtime.LazyPages, error)
+	// LazyPagesEarly says whether StartLazyPages can start the daemon
+	// before its images are in (LazyPagesOptions.ImagesLater).
+	LazyPagesEarly() bool
 	// PrepareIDMap readies what MountIDMapped needs for m, ahead of it;
 	// ReleaseIDMap drops it. MountIDMapped mounts an unprivileged
 	// container's rootfs with its ids shifted (a mount already there is

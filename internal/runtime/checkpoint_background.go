@@ -1,13 +1,10 @@
 package runtime
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
@@ -22,27 +19,10 @@ import (
 // it). Run returns at the status byte, so the caller's frozen window ends
 // there; Wait at the end of the dump.
 
-// bgProbeTimeout bounds the probe of Criu's options.
-const bgProbeTimeout = 10 * time.Second
-
 // BackgroundMemory reports whether Criu can write a dump's memory after
 // the tasks run again (it knows --background-memory). Probed once.
 func (r *Runtime) BackgroundMemory() bool {
-	r.bgOnce.Do(func() {
-		if r.cfg.Criu == "" {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), bgProbeTimeout)
-		defer cancel()
-		// An unknown option fails CRIU's option parsing before --version.
-		err := exec.CommandContext(ctx, r.cfg.Criu, "--background-memory", "--version").Run()
-		r.bgOK = err == nil
-		if !r.bgOK {
-			r.cfg.Log.Info("criu writes a snapshot's memory while frozen (no --background-memory: run setup)",
-				"criu", r.cfg.Criu)
-		}
-	})
-	return r.bgOK
+	return r.criuHas("--background-memory", "criu writes a snapshot's memory while frozen (no --background-memory: run setup)")
 }
 
 // bgDump is a background dump's CRIU config file and status pipe.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -26,6 +27,17 @@ type LazyPagesOptions struct {
 	// daemon reads the pages from the images (ImagePath and its parent
 	// chain: a pre-copy move's passes, all on this host).
 	PageServer *os.File
+	// ImagesLater starts the daemon before the images are all in: it
+	// does what needs none, then waits for ImagesIn (CRIU's
+	// --images-ready-fd, vessel's patch 0027; LazyPagesEarly says
+	// whether Criu has it). ImagePath must exist already.
+	ImagesLater bool
+}
+
+// LazyPagesEarly reports whether Criu's lazy-pages can be started before
+// its images are in (LazyPagesOptions.ImagesLater).
+func (r *Runtime) LazyPagesEarly() bool {
+	return r.criuHas("--images-ready-fd", "a migration target starts criu lazy-pages once the images are in (no --images-ready-fd: run setup)")
 }
 
 // lazyPagesSocketFd is the page server socket's descriptor number in
@@ -43,6 +55,10 @@ type LazyPages struct {
 	// ready is closed when CRIU wrote its status byte (--status-fd: it
 	// listens for the restore) or closed the pipe without it.
 	ready chan struct{}
+	// imagesW is the write end of an ImagesLater daemon's images-ready
+	// pipe until ImagesIn or Kill closes it.
+	imagesMu sync.Mutex
+	imagesW  *os.File
 }
 
 // StartLazyPages starts the lazy-pages daemon; start the restore (with
@@ -70,6 +86,18 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 	}
 	args = append(args, "--status-fd", strconv.Itoa(lazyPagesSocketFd+len(files)))
 	files = append(files, statusW)
+	var imagesW *os.File
+	if o.ImagesLater {
+		imagesR, w, err := os.Pipe()
+		if err != nil {
+			statusR.Close()
+			return nil, err
+		}
+		defer imagesR.Close()
+		imagesW = w
+		args = append(args, "--images-ready-fd", strconv.Itoa(lazyPagesSocketFd+len(files)))
+		files = append(files, imagesR)
+	}
 	cmd := exec.Command(r.cfg.Criu, args...)
 	cmd.ExtraFiles = files
 	var stderr bytes.Buffer
@@ -79,9 +107,12 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		statusR.Close()
+		if imagesW != nil {
+			imagesW.Close()
+		}
 		return nil, fmt.Errorf("start criu lazy-pages: %w", err)
 	}
-	lp := &LazyPages{cmd: cmd, done: make(chan struct{}), log: log, ready: make(chan struct{})}
+	lp := &LazyPages{cmd: cmd, done: make(chan struct{}), log: log, ready: make(chan struct{}), imagesW: imagesW}
 	go func() {
 		defer statusR.Close()
 		var b [1]byte
@@ -92,6 +123,7 @@ func (r *Runtime) StartLazyPages(ctx context.Context, o LazyPagesOptions) (*Lazy
 		if err := cmd.Wait(); err != nil {
 			lp.err = fmt.Errorf("criu lazy-pages: %w: %s%s", err, bytes.TrimSpace(stderr.Bytes()), criuLogErrors(log))
 		}
+		lp.closeImages()
 		close(lp.done)
 	}()
 	return lp, nil
@@ -121,6 +153,34 @@ func (lp *LazyPages) WaitReady(ctx context.Context, workPath string) error {
 	return fmt.Errorf("criu lazy-pages exited before it was ready%s", criuLogErrors(lp.log))
 }
 
+// ImagesIn tells an ImagesLater daemon that its images are all in: it
+// reads them and listens for the restore (WaitReady).
+func (lp *LazyPages) ImagesIn() error {
+	lp.imagesMu.Lock()
+	defer lp.imagesMu.Unlock()
+	if lp.imagesW == nil {
+		return fmt.Errorf("criu lazy-pages: not waiting for its images")
+	}
+	_, err := lp.imagesW.Write([]byte{1})
+	lp.imagesW.Close()
+	lp.imagesW = nil
+	if err != nil {
+		return fmt.Errorf("criu lazy-pages: tell it the images are in: %w", err)
+	}
+	return nil
+}
+
+// closeImages closes an ImagesLater daemon's images pipe unsaid (EOF:
+// the images will not come).
+func (lp *LazyPages) closeImages() {
+	lp.imagesMu.Lock()
+	defer lp.imagesMu.Unlock()
+	if lp.imagesW != nil {
+		lp.imagesW.Close()
+		lp.imagesW = nil
+	}
+}
+
 // Done is closed when the daemon exits: every page has been handed over,
 // or the transfer failed (see Err).
 func (lp *LazyPages) Done() <-chan struct{} { return lp.done }
@@ -130,6 +190,7 @@ func (lp *LazyPages) Err() error { return lp.err }
 
 // Kill stops the daemon (after a failed restore).
 func (lp *LazyPages) Kill() {
+	lp.closeImages()
 	_ = lp.cmd.Process.Kill()
 	<-lp.done
 }

@@ -1,9 +1,7 @@
 package runtime
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
@@ -27,20 +25,7 @@ const directReadConf = "restore-direct-read.conf"
 // DirectReadPages reports whether Criu can read a restore's pages with
 // O_DIRECT (it knows --direct-read-pages). Probed once.
 func (r *Runtime) DirectReadPages() bool {
-	r.directOnce.Do(func() {
-		if r.cfg.Criu == "" {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), bgProbeTimeout)
-		defer cancel()
-		// An unknown option fails CRIU's option parsing before --version.
-		r.directOK = exec.CommandContext(ctx, r.cfg.Criu, "--direct-read-pages", "--version").Run() == nil
-		if !r.directOK {
-			r.cfg.Log.Info("criu reads a snapshot's pages through the page cache (no --direct-read-pages: run setup)",
-				"criu", r.cfg.Criu)
-		}
-	})
-	return r.directOK
+	return r.criuHas("--direct-read-pages", "criu reads a snapshot's pages through the page cache (no --direct-read-pages: run setup)")
 }
 
 // setDirectRead turns on O_DIRECT page reads for a restore whose CRIU

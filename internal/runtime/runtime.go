@@ -57,11 +57,8 @@ type Runtime struct {
 	yardOnce sync.Once
 	yard     string // CRIU's cgroup yard (cgroupYard)
 
-	bgOnce sync.Once
-	bgOK   bool // Criu has --background-memory (BackgroundMemory)
-
-	directOnce sync.Once
-	directOK   bool // Criu has --direct-read-pages (DirectReadPages)
+	criuOptsMu sync.Mutex
+	criuOpts   map[string]bool // the options of vessel's patches Criu has (criuHas)
 }
 
 // Status is a container's state as runc reports it.
