@@ -47,12 +47,12 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
 	}
-	vmMove := isVM(inst)
-	if vmMove {
+	if isVM(inst) {
 		if err := d.checkVMMove(inst, &req); err != nil {
 			return nil, err
 		}
 	}
+	vmMove := isVM(inst) && req.Live // a VM's cold move or copy goes the container's way
 	act := actMove
 	if req.Live {
 		act = actLiveMove
@@ -267,15 +267,15 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	t0 := time.Now()
 	m.phase = movePhaseDisk
 	if freeze {
-		if err := m.fz.freeze(ctx); err != nil {
+		// A copy of a running instance: its disk as of one instant.
+		if err := m.whilePaused(ctx, func() error {
+			_, err := m.sendDisk(ctx, true)
+			return err
+		}); err != nil {
 			return err
 		}
-	}
-	if _, err := m.sendDisk(ctx, true); err != nil {
+	} else if _, err := m.sendDisk(ctx, true); err != nil {
 		return err
-	}
-	if freeze {
-		_, _ = m.fz.thaw() // logged
 	}
 	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
 	m.phase = movePhaseStartTarget

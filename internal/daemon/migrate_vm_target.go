@@ -89,7 +89,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	r.Add(func() { d.undo("forget", name, d.forget(inst)) })
 	bg := context.WithoutCancel(ctx)
 	m := &migrationTarget{d: d, op: op, sess: sess, hello: hello, inst: inst, name: name, peer: peer,
-		logsCh: make(chan net.Conn, 1)}
+		diskCh: make(chan net.Conn, 1), imagesCh: make(chan net.Conn, 1), logsCh: make(chan net.Conn, 1)}
 
 	// The disk: an empty sparse file of the source's size. (A clone of
 	// the image's vm-image volume would give nothing: the disk is a raw
@@ -134,6 +134,19 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	}
 	// The migration stream comes on the page link the source dials now.
 	go m.relayVMState(ctx, inSock)
+	// The snapshots come first, as a container's (receiveSnapshot).
+	for range hello.Snapshots {
+		var msg migration.Message
+		if err := sess.Recv(ctx, &msg); err != nil {
+			return err
+		}
+		if err := migration.Expect(msg, migration.MsgSnapshot); err != nil {
+			return err
+		}
+		if err := m.receiveSnapshot(ctx, msg, r); err != nil {
+			return err
+		}
+	}
 
 	// The source mirrors the disk and migrates the RAM through the
 	// relays; then it says "start".
@@ -209,8 +222,8 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 }
 
 // dispatchVM relays the source's vm-disk streams to the local QEMU's
-// NBD server and routes the console log's stream, until the session
-// ends.
+// NBD server and routes the snapshots' and the console log's streams,
+// until the session ends.
 func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock string) {
 	for {
 		st, h, err := m.sess.AcceptStream(ctx)
@@ -228,6 +241,12 @@ func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock string) {
 			sock = nbdSock
 		case migration.StreamLogs:
 			m.logsCh <- st
+			continue
+		case migration.StreamDisk: // a snapshot's disk
+			m.diskCh <- st
+			continue
+		case migration.StreamImages: // a stateful snapshot's state file
+			m.imagesCh <- st
 			continue
 		default:
 			st.Close()
