@@ -135,3 +135,29 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 		c.OK("delete", ref, "--force")
 	}
 }
+
+// TestCopyRunningToPeer copies a running container to another host: it
+// is frozen while its disk is read and runs on afterwards (not left
+// frozen); the copy, stopped, has the disk and an address of its own.
+func TestCopyRunningToPeer(t *testing.T) {
+	c := newCluster(t)
+	c.OK("launch", "busybox", "alpha:c1")
+	c.OK("exec", "alpha:c1", "--", "sh", "-c", "echo copied > /root/file")
+	c.OK("copy", "alpha:c1", "beta:c2")
+	src := instanceOn(t, c, "alpha:c1")
+	if src.Status != api.StatusRunning {
+		t.Fatalf("source after the copy: %+v", src)
+	}
+	if st := c.OK("exec", "alpha:c1", "--", "echo", "thawed"); st != "thawed\n" {
+		t.Fatalf("source after the copy: %q", st)
+	}
+	cp := instanceOn(t, c, "beta:c2")
+	if cp.Status != api.StatusStopped || cp.IPv4 == src.IPv4 {
+		t.Fatalf("the copy: %+v (source at %s)", cp, src.IPv4)
+	}
+	c.OK("start", "beta:c2")
+	if got := c.OK("exec", "beta:c2", "--", "cat", "/root/file"); got != "copied\n" {
+		t.Fatalf("the copy's file: %q", got)
+	}
+	noLeftovers(t, c, "c1")
+}
