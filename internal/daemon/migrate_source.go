@@ -177,7 +177,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		}
 		m.timing.SuspendDump = migration.Seconds(time.Since(m.downSince))
 		defer func() {
-			if err != nil && !m.committed {
+			if err != nil && !m.committed && !m.unsettled { // unsettled: settleOutgoing decides
 				m.restartErr = d.startLocked(context.WithoutCancel(ctx), inst)
 				m.restarted = m.restartErr == nil
 			}
@@ -282,11 +282,13 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	if err := m.startOnTarget(true); err != nil {
 		return err
 	}
-	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
+	// A lost connection is answered by asking the target, as after a
+	// live restore: the instance may run there already.
+	took, err := m.awaitResumed(ctx)
 	if err != nil {
 		return err
 	}
-	m.timing.UndumpResume = resumed.RestoreSeconds
+	m.timing.UndumpResume = took
 	if !m.downSince.IsZero() {
 		m.timing.FrozenTotal = migration.Seconds(time.Since(m.downSince))
 	}
@@ -435,7 +437,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	if err := m.startOnTarget(false); err != nil {
 		return err
 	}
-	if err := m.awaitResumed(ctx); err != nil {
+	if _, err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
 	m.timing.UndumpResume = migration.Seconds(time.Since(t3))

@@ -239,7 +239,7 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 		return err
 	}
 	m.phase = movePhaseRestore
-	if err := m.awaitResumed(ctx); err != nil {
+	if _, err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
 	vt.Switchover = migration.Seconds(time.Since(switchAt))

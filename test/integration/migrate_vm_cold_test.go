@@ -3,6 +3,7 @@ package integration
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 )
@@ -160,4 +161,53 @@ func TestCopyRunningToPeer(t *testing.T) {
 		t.Fatalf("the copy's file: %q", got)
 	}
 	noLeftovers(t, c, "c1")
+}
+
+// TestVMColdMoveDaemonCrash kills a daemon (SIGKILL) in the middle of a
+// VM's cold move, at each end, as TestMigrationDaemonCrash does a
+// container's live move. The target dies as it starts the VM: the source
+// cannot tell whether it runs there, keeps it stopped and asks until the
+// target is back, which deletes its half; the VM boots again on the
+// source. The source dies right after telling the target to start it:
+// the target runs it, and the source, back up, drops its copy. The VM
+// runs in one place each time, with its disk.
+func TestVMColdMoveDaemonCrash(t *testing.T) {
+	c := newCluster(t)
+	alpha, beta := c.Host("alpha"), c.Host("beta")
+	c.OK("launch", "busybox", "alpha:vm1", "--vm", "-c", "limits.memory=256MiB")
+	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo kept > /root/marker; sync")
+	marker := func(ref string) {
+		t.Helper()
+		if got := c.OK("exec", ref, "--", "cat", "/root/marker"); got != "kept\n" {
+			t.Fatalf("%s: marker %q", ref, got)
+		}
+	}
+
+	beta.RestartWith("--fault", "migrate.vm.target.start=crash")
+	r := c.Vessel("move", "alpha:vm1", "beta:")
+	if r.Code == 0 {
+		t.Fatal("move succeeded although the target crashed")
+	}
+	t.Logf("target crash: %s", strings.TrimSpace(r.Stderr))
+	beta.RestartWith()
+	settled(t, c, "alpha:vm1", api.StatusRunning)
+	marker("alpha:vm1")
+	noLeftovers(t, c, "vm1")
+	if _, ok := listOn(t, c, "beta")["vm1"]; ok {
+		t.Fatal("target crash: the target still lists vm1")
+	}
+
+	alpha.RestartWith("--fault", "migrate.source.started=crash")
+	if r := c.Vessel("move", "alpha:vm1", "beta:"); r.Code == 0 {
+		t.Fatal("move succeeded although the source crashed")
+	}
+	alpha.RestartWith()
+	settled(t, c, "beta:vm1", api.StatusRunning)
+	eventuallyWithin(t, 2*time.Minute, "the source to drop its copy", func() bool {
+		_, ok := listOn(t, c, "alpha")["vm1"]
+		return !ok
+	})
+	marker("beta:vm1")
+	noLeftovers(t, c, "vm1")
+	c.OK("delete", "beta:vm1", "--force")
 }
