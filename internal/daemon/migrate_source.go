@@ -47,12 +47,12 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
 	}
-	if isVM(inst) {
-		if err := d.checkVMMove(inst, &req); err != nil {
-			return nil, err
-		}
+	// A VM's live move is QEMU's (migrateOutVM); its cold move or copy
+	// goes the container's way (the VM's parts: migrate_vm_cold.go).
+	vmMove := isVM(inst) && req.Live
+	if vmMove && req.Memory == api.MemoryPrecopy {
+		req.Memory = api.MemoryCopy // QEMU's pre-copy is iterative
 	}
-	vmMove := isVM(inst) && req.Live // a VM's cold move or copy goes the container's way
 	act := actMove
 	if req.Live {
 		act = actLiveMove

@@ -47,20 +47,6 @@ const movePhaseSwitchover = "switch-over"
 // vmDowntimeLimit is the longest stop QEMU plans for a move's last pass.
 const vmDowntimeLimit = 50 // ms
 
-// checkVMMove validates a VM's move request and fixes its memory mode.
-// A cold move or a copy goes the container's way (migrateOut; the VM
-// parts: migrate_vm_cold.go); a live one is QEMU's (migrateOutVM), where
-// copy and precopy are QEMU's pre-copy ("copy").
-func (d *Daemon) checkVMMove(inst *instance, req *api.InstanceMigratePost) error {
-	if !req.Live {
-		return nil
-	}
-	if req.Memory == api.MemoryPrecopy {
-		req.Memory = api.MemoryCopy // QEMU's pre-copy is iterative
-	}
-	return nil
-}
-
 func (d *Daemon) migrateOutVM(ctx context.Context, op *operations.Operation, name string, peer state.Peer, req api.InstanceMigratePost) (err error) {
 	inst, release, err := d.lock(ctx, name, actLiveMove, false)
 	if err != nil {
