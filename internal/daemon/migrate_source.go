@@ -266,18 +266,20 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	t0 := time.Now()
 	m.phase = movePhaseDisk
-	if freeze {
-		// A copy of a running instance: its disk as of one instant.
-		if err := m.whilePaused(ctx, func() error {
-			_, err := m.sendDisk(ctx, true)
-			return err
-		}); err != nil {
-			return err
-		}
-	} else if _, err := m.sendDisk(ctx, true); err != nil {
+	var sent int64
+	send := func() (err error) {
+		sent, err = m.sendDisk(ctx, true)
 		return err
 	}
-	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
+	if freeze {
+		// A copy of a running instance: its disk as of one instant.
+		if err := m.whilePaused(ctx, send); err != nil {
+			return err
+		}
+	} else if err := send(); err != nil {
+		return err
+	}
+	m.timing.CopyAfterSuspend, m.timing.AfterSuspendBytes = migration.Seconds(time.Since(t0)), sent
 	m.phase = movePhaseStartTarget
 	if err := m.startOnTarget(true); err != nil {
 		return err

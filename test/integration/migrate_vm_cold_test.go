@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,7 +58,17 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 
 	// Cold: shut down, sent, booted on beta with its address and MAC.
 	out := c.OK("move", "alpha:vm1", "beta:", "--format", "json", "--timing")
-	t.Logf("cold move: %s", strings.TrimSpace(out))
+	var tm api.MigrationTiming
+	if err := json.Unmarshal([]byte(out), &tm); err != nil {
+		t.Fatalf("timing JSON: %v\n%s", err, out)
+	}
+	// Down from the ACPI power button until it runs on beta; the disk's
+	// bytes are the target's count of the stream.
+	if tm.Mode != "cold" || tm.AfterSuspendBytes <= 0 || tm.FrozenTotal < tm.SuspendDump || tm.Total < tm.FrozenTotal {
+		t.Fatalf("implausible timing %+v", tm)
+	}
+	t.Logf("cold move: shut down %.2fs, disk %.2fs (%d KiB), started on beta %.2fs, down %.2fs, total %.2fs",
+		tm.SuspendDump, tm.CopyAfterSuspend, tm.AfterSuspendBytes>>10, tm.UndumpResume, tm.FrozenTotal, tm.Total)
 	if _, still := listOn(t, c, "alpha")["vm1"]; still {
 		t.Fatal("vm1 still on alpha")
 	}
