@@ -44,11 +44,10 @@ const (
 // reaches QEMU: "cut" (a target gone during the memory copy) or "fail".
 const faultVMTargetIncoming = "migrate.vm.target.incoming"
 
+// migrateInVM receives a VM's live move (migrateIn sends a cold one down
+// the container's path).
 func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
 	name := hello.Instance.Name
-	if !hello.Live {
-		return errorf(ErrInvalid, "only live moves of virtual machines are supported (%q is one)", name)
-	}
 	if hello.VMDiskSize <= 0 {
 		return errorf(ErrInvalid, "a VM move needs its disk size")
 	}
