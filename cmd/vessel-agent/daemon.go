@@ -37,6 +37,9 @@ func runDaemon(args []string) int {
 	if *stopSignal > 0 {
 		go watchPowerButton(unix.Signal(*stopSignal))
 	}
+	if *readyFD >= 0 {
+		startConsoleGetty(*root, *initPath) // getty.go
+	}
 	srv := &agent.Server{
 		Root:       *root,
 		Version:    version,

@@ -318,6 +318,12 @@ func TestGuestAgent(t *testing.T) {
 	}
 	// busybox init ran its sysinit script (rcS says so on the console).
 	waitConsole(t, g, "vessel: ")
+	// Its inittab starts nothing on the console: the agent runs the
+	// image's getty there (getty.go), whose prompt names the host.
+	waitConsole(t, g, "vmagent-guest login:")
+	if st, out := execOut(t, c, agent.ExecOptions{Args: []string{"sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep '^/sbin/getty -L ttyS0'`}}); st.Code != 0 {
+		t.Errorf("no getty on ttyS0: %+v %q", st, out)
+	}
 
 	if st, out := execOut(t, c, agent.ExecOptions{Args: []string{"echo", "hello", "vm"}}); st.Code != 0 || out != "hello vm\n" {
 		t.Errorf("echo: %+v %q", st, out)

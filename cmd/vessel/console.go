@@ -23,7 +23,9 @@ func newConsoleCmd(g *globals) *cobra.Command {
 		Short:   "Attach to a VM's serial console, or show an instance's console log",
 		Long: `For a virtual machine, attach to its serial console (the kernel's console,
 ttyS0): what the guest prints appears here and what you type goes to the
-guest. Press ctrl+a q to detach (ctrl+a ctrl+a sends one ctrl+a).
+guest: a login prompt (the image's init's getty, or one the guest agent
+starts there when the init starts none; press Enter to see it again).
+Press ctrl+a q to detach (ctrl+a ctrl+a sends one ctrl+a).
 
 --show-log (and 'vessel logs', and a container always) shows the console
 log instead: everything the VM's serial console printed, or a

@@ -14,11 +14,13 @@ func newCopyCmd(g *globals) *cobra.Command {
 	var start bool
 	cmd := &cobra.Command{
 		Use:   "copy [REMOTE:]SOURCE[/SNAP] [REMOTE:]NEWNAME",
-		Short: "Create a container from a snapshot or a container, here or on another host",
-		Long: `Create a container from a snapshot or from a stopped container. When the
-target names another host (REMOTE:[NEWNAME]), the container's disk is sent
-there (a running container is frozen for an instant to take a consistent
-snapshot) and the copy gets an address of its own on that host.`,
+		Short: "Create an instance from a snapshot or an instance, here or on another host",
+		Long: `Create an instance (a container or a virtual machine, as the source is) from
+a snapshot or from a stopped instance. When the target names another host
+(REMOTE:[NEWNAME]), the disk is sent there (a running container is frozen,
+a running VM's vCPUs stopped, while it is read, for a consistent copy).
+The copy gets an address of its own (and a VM a MAC derived from it) and
+its own name as hostname.`,
 		Example: `  vessel copy web1/before-upgrade web1-old
   vessel copy web1 web2          # web1 must be stopped
   vessel copy alpha:web1 beta:web1-clone`,

@@ -33,10 +33,13 @@ starts pre-copy, whose first passes measure the container's dirty rate and
 the link: where post-copy would freeze it for less, the passes are dropped
 and it moves post-copy. --timing shows the passes and the mode used.
 
-A virtual machine moves live only: QEMU mirrors its disk to the target and
-migrates its RAM in passes while it runs (--memory=copy or precopy),
-switches to post-copy at once (lazy) or when the guest dirties memory
-faster than the link moves it (auto).
+A virtual machine moves the same ways. Without --live a running VM is shut
+down (ACPI, then killed after the stop timeout), its disk and snapshots
+(a stateful one's memory file too) are sent and it starts on the target.
+With --live QEMU mirrors its disk to the target and migrates its RAM in
+passes while it runs (--memory=copy or precopy), switches to post-copy at
+once (lazy) or when the guest dirties memory faster than the link moves it
+(auto).
 
 The source host must have the target as a peer ('vessel peer add').`,
 		Example: `  vessel move alpha:web1 beta: --live --timing

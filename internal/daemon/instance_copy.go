@@ -11,8 +11,9 @@ import (
 )
 
 // copyInstance validates a copy request (source "NAME/SNAP", a snapshot, or
-// "NAME", a stopped container) and runs it as an operation. The new
-// container gets its own address and hostname, the source's image, init
+// "NAME", a stopped instance) and runs it as an operation. The new
+// instance gets its own address (a VM's MAC is derived from it) and
+// hostname, the source's type, image, init
 // and configuration (the snapshot's, for a snapshot), with req.Config's
 // keys on top.
 func (d *Daemon) copyInstance(ctx context.Context, req api.InstancesPost) (*operations.Operation, error) {
@@ -25,11 +26,6 @@ func (d *Daemon) copyInstance(ctx context.Context, req api.InstancesPost) (*oper
 	}
 	if err := validateConfig(req.Config); err != nil {
 		return nil, err
-	}
-	if inst := d.insts.get(srcName); inst != nil {
-		if err := refuseVM(inst, "copying"); err != nil {
-			return nil, err
-		}
 	}
 	if snap != "" {
 		if _, err := d.getSnapshotRecord(srcName, snap); err != nil {
@@ -78,7 +74,7 @@ func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.Ins
 	rec := state.Instance{
 		Name: req.Name, Image: srcRec.Image, Created: time.Now().UTC(), Config: cfg,
 		Init: srcRec.Init, Env: srcRec.Env, Cwd: srcRec.Cwd, StopSignal: srcRec.StopSignal, OS: srcRec.OS,
-		State: state.StateCreating,
+		State: state.StateCreating, Type: srcRec.Type,
 	}
 	return d.createFrom(ctx, op, rec, srcVol, req.Start)
 }

@@ -116,7 +116,7 @@ type sourceState struct {
 	source, target string
 	committed      bool  // it runs on the target (the source copy is gone)
 	postCopy       bool  // committed, but its memory did not all arrive
-	unsettled      bool  // nobody can tell yet where it runs: frozen here
+	unsettled      bool  // nobody can tell yet where it runs: frozen (or stopped) here
 	running        bool  // its processes exist here
 	thawErr        error // unfreezing it failed
 	linkErr        error // bringing its network back failed
@@ -131,6 +131,9 @@ func (s sourceState) String() string {
 		return fmt.Sprintf("resumed on %s before that and runs there, but may miss memory pages (--memory=copy avoids this trade-off)", s.target)
 	case s.committed:
 		return "runs on " + s.target
+	case s.unsettled && !s.running:
+		// A cold move's: stopped before the transfer.
+		return fmt.Sprintf("stays stopped on %s until %s answers, then runs in exactly one place", s.source, s.target)
 	case s.unsettled:
 		return fmt.Sprintf("stays FROZEN on %s until %s answers, then runs in exactly one place", s.source, s.target)
 	case s.running && s.thawErr != nil:

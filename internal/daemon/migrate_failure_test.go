@@ -65,6 +65,7 @@ func TestSourceState(t *testing.T) {
 		{sourceState{running: true, thawErr: boom, linkErr: boom}, "is FROZEN on alpha: thawing it failed: boom"},
 		{sourceState{running: true, linkErr: boom}, "runs on alpha, but cut off from the network: bringing its link up failed: boom"},
 		{sourceState{running: true, unsettled: true}, "stays FROZEN on alpha until beta answers, then runs in exactly one place"},
+		{sourceState{unsettled: true}, "stays stopped on alpha until beta answers, then runs in exactly one place"},
 		{sourceState{committed: true}, "runs on beta"},
 		{sourceState{committed: true, postCopy: true}, "resumed on beta before that and runs there, but may miss memory pages (--memory=copy avoids this trade-off)"},
 	} {

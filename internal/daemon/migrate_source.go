@@ -47,11 +47,11 @@ func (d *Daemon) MigrateInstance(ctx context.Context, name string, req api.Insta
 	if req.Live && req.Copy {
 		return nil, errorf(ErrInvalid, "a copy is not live (drop --live)")
 	}
-	vmMove := isVM(inst)
-	if vmMove {
-		if err := d.checkVMMove(inst, &req); err != nil {
-			return nil, err
-		}
+	// A VM's live move is QEMU's (migrateOutVM); its cold move or copy
+	// goes the container's way (the VM's parts: migrate_vm_cold.go).
+	vmMove := isVM(inst) && req.Live
+	if vmMove && req.Memory == api.MemoryPrecopy {
+		req.Memory = api.MemoryCopy // QEMU's pre-copy is iterative
 	}
 	act := actMove
 	if req.Live {
@@ -177,7 +177,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		}
 		m.timing.SuspendDump = migration.Seconds(time.Since(m.downSince))
 		defer func() {
-			if err != nil && !m.committed {
+			if err != nil && !m.committed && !m.unsettled { // unsettled: settleOutgoing decides
 				m.restartErr = d.startLocked(context.WithoutCancel(ctx), inst)
 				m.restarted = m.restartErr == nil
 			}
@@ -266,27 +266,31 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	t0 := time.Now()
 	m.phase = movePhaseDisk
-	if freeze {
-		if err := m.fz.freeze(ctx); err != nil {
-			return err
-		}
-	}
-	if _, err := m.sendDisk(ctx, true); err != nil {
+	var sent int64
+	send := func() (err error) {
+		sent, err = m.sendDisk(ctx, true)
 		return err
 	}
 	if freeze {
-		_, _ = m.fz.thaw() // logged
+		// A copy of a running instance: its disk as of one instant.
+		if err := m.whilePaused(ctx, send); err != nil {
+			return err
+		}
+	} else if err := send(); err != nil {
+		return err
 	}
-	m.timing.CopyAfterSuspend = migration.Seconds(time.Since(t0))
+	m.timing.CopyAfterSuspend, m.timing.AfterSuspendBytes = migration.Seconds(time.Since(t0)), sent
 	m.phase = movePhaseStartTarget
 	if err := m.startOnTarget(true); err != nil {
 		return err
 	}
-	resumed, err := m.sess.Expect(ctx, migration.MsgResumed)
+	// A lost connection is answered by asking the target, as after a
+	// live restore: the instance may run there already.
+	took, err := m.awaitResumed(ctx)
 	if err != nil {
 		return err
 	}
-	m.timing.UndumpResume = resumed.RestoreSeconds
+	m.timing.UndumpResume = took
 	if !m.downSince.IsZero() {
 		m.timing.FrozenTotal = migration.Seconds(time.Since(m.downSince))
 	}
@@ -435,7 +439,7 @@ func (m *migrationSource) live(ctx context.Context) error {
 	if err := m.startOnTarget(false); err != nil {
 		return err
 	}
-	if err := m.awaitResumed(ctx); err != nil {
+	if _, err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
 	m.timing.UndumpResume = migration.Seconds(time.Since(t3))

@@ -14,14 +14,20 @@ import (
 // source copy goes) or cleanup (it resumes here), or, when nobody can
 // tell, a hand-off of the instance's lock to a settle operation.
 
-// awaitResumed waits for the target's verdict on the restore. If the
-// connection breaks meanwhile, the outcome is unknown: ask the target
+// awaitResumed waits for the target's verdict on the restore (or a cold
+// move's start) and returns how long the target took (0 if not told). If
+// the connection breaks meanwhile, the outcome is unknown: ask the target
 // (through a new connection) whether the container runs there.
-func (m *migrationSource) awaitResumed(ctx context.Context) error {
-	_, err := m.sess.Expect(ctx, migration.MsgResumed)
+func (m *migrationSource) awaitResumed(ctx context.Context) (float64, error) {
+	msg, err := m.sess.Expect(ctx, migration.MsgResumed)
 	if err == nil {
-		return nil
+		return msg.RestoreSeconds, nil
 	}
+	return 0, m.askTarget(ctx, err)
+}
+
+// askTarget decides a move whose verdict was lost with err.
+func (m *migrationSource) askTarget(ctx context.Context, err error) error {
 	if errors.Is(err, migration.ErrRemote) || ctx.Err() != nil {
 		return err // the target failed the restore and cleaned up
 	}

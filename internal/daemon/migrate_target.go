@@ -153,7 +153,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	if err := checkHello(hello); err != nil {
 		return err
 	}
-	if hello.Instance.Type == state.TypeVM {
+	if hello.Instance.Type == state.TypeVM && hello.Live {
 		return d.migrateInVM(ctx, op, peer, sess, hello) // migrate_vm_target.go
 	}
 	name := hello.Instance.Name
@@ -383,6 +383,10 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	switch {
 	case m.hello.Live:
 		if err := m.restore(ctx, dropJournal); err != nil {
+			return err
+		}
+	case m.hello.Start && m.inst.record().IsVM():
+		if err := m.startVM(ctx, dropJournal); err != nil { // migrate_vm_cold.go
 			return err
 		}
 	case m.hello.Start:

@@ -217,11 +217,15 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, msg migration.Mes
 			return err
 		}
 		r.Add(func() { d.undo("delete checkpoint volume", m.name, d.storage.DeleteVolume(bg, ck)) })
+		limit, err := m.prepareCheckpoint(ck, rec.Config) // migrate_vm_cold.go
+		if err != nil {
+			return err
+		}
 		st, err := m.nextStream(ctx, m.imagesCh)
 		if err != nil {
 			return err
 		}
-		_, err = migration.ReceiveDir((&imageBudget{limit: d.imageLimit(rec.Config)}).reader(st), d.storage.Path(ck))
+		_, err = migration.ReceiveDir((&imageBudget{limit: limit}).reader(st), d.storage.Path(ck))
 		st.Close()
 		if err != nil {
 			return fmt.Errorf("receive checkpoint of snapshot %s: %w", rec.Name, err)

@@ -47,27 +47,6 @@ const movePhaseSwitchover = "switch-over"
 // vmDowntimeLimit is the longest stop QEMU plans for a move's last pass.
 const vmDowntimeLimit = 50 // ms
 
-// checkVMMove validates a VM's move request and fixes its memory mode:
-// VMs move live only; copy and precopy are QEMU's pre-copy ("copy").
-func (d *Daemon) checkVMMove(inst *instance, req *api.InstanceMigratePost) error {
-	if !req.Live || req.Copy {
-		return errorf(ErrInvalid, "only live moves of virtual machines are supported (%q is one): use --live", inst.name)
-	}
-	if req.Memory == api.MemoryPrecopy {
-		req.Memory = api.MemoryCopy // QEMU's pre-copy is iterative
-	}
-	if !req.InstanceOnly {
-		snaps, err := d.state.ListSnapshots(inst.name)
-		if err != nil {
-			return err
-		}
-		if len(snaps) > 0 {
-			return errorf(ErrInvalid, "%q has snapshots: a VM's snapshots do not move yet (--instance-only leaves them, deleted with the source)", inst.name)
-		}
-	}
-	return nil
-}
-
 func (d *Daemon) migrateOutVM(ctx context.Context, op *operations.Operation, name string, peer state.Peer, req api.InstanceMigratePost) (err error) {
 	inst, release, err := d.lock(ctx, name, actLiveMove, false)
 	if err != nil {
@@ -93,12 +72,18 @@ func (d *Daemon) migrateOutVM(ctx context.Context, op *operations.Operation, nam
 		return err
 	}
 	m.vmDiskSize = fi.Size()
+	var snaps []state.Snapshot
+	if !req.InstanceOnly {
+		if snaps, err = d.state.ListSnapshots(name); err != nil {
+			return err
+		}
+	}
 	m.journal = state.Migration{Instance: name, Role: state.MigrationSource, Peer: req.TargetFingerprint, Name: req.Name,
 		Live: true, Start: true, Phase: state.PhaseTransfer, Started: start}
 	if err := m.note(); err != nil {
 		return err
 	}
-	if err := m.connect(ctx, peer, true, 0); err != nil {
+	if err := m.connect(ctx, peer, true, len(snaps)); err != nil {
 		return err
 	}
 	defer m.sess.Close()
@@ -107,6 +92,11 @@ func (d *Daemon) migrateOutVM(ctx context.Context, op *operations.Operation, nam
 			m.sess.SendError(err)
 		}
 	}()
+	// The snapshots first, as a container's (they do not change).
+	m.phase = movePhaseSnapshots
+	if err := m.sendSnapshots(ctx, snaps); err != nil {
+		return err
+	}
 	if err := m.liveVM(ctx); err != nil {
 		return err
 	}
@@ -235,7 +225,7 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 		return err
 	}
 	m.phase = movePhaseRestore
-	if err := m.awaitResumed(ctx); err != nil {
+	if _, err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
 	vt.Switchover = migration.Seconds(time.Since(switchAt))

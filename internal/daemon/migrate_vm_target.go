@@ -44,11 +44,10 @@ const (
 // reaches QEMU: "cut" (a target gone during the memory copy) or "fail".
 const faultVMTargetIncoming = "migrate.vm.target.incoming"
 
+// migrateInVM receives a VM's live move (migrateIn sends a cold one down
+// the container's path).
 func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
 	name := hello.Instance.Name
-	if !hello.Live {
-		return errorf(ErrInvalid, "only live moves of virtual machines are supported (%q is one)", name)
-	}
 	if hello.VMDiskSize <= 0 {
 		return errorf(ErrInvalid, "a VM move needs its disk size")
 	}
@@ -89,7 +88,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	r.Add(func() { d.undo("forget", name, d.forget(inst)) })
 	bg := context.WithoutCancel(ctx)
 	m := &migrationTarget{d: d, op: op, sess: sess, hello: hello, inst: inst, name: name, peer: peer,
-		logsCh: make(chan net.Conn, 1)}
+		diskCh: make(chan net.Conn, 1), imagesCh: make(chan net.Conn, 1), logsCh: make(chan net.Conn, 1)}
 
 	// The disk: an empty sparse file of the source's size. (A clone of
 	// the image's vm-image volume would give nothing: the disk is a raw
@@ -134,6 +133,19 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	}
 	// The migration stream comes on the page link the source dials now.
 	go m.relayVMState(ctx, inSock)
+	// The snapshots come first, as a container's (receiveSnapshot).
+	for range hello.Snapshots {
+		var msg migration.Message
+		if err := sess.Recv(ctx, &msg); err != nil {
+			return err
+		}
+		if err := migration.Expect(msg, migration.MsgSnapshot); err != nil {
+			return err
+		}
+		if err := m.receiveSnapshot(ctx, msg, r); err != nil {
+			return err
+		}
+	}
 
 	// The source mirrors the disk and migrates the RAM through the
 	// relays; then it says "start".
@@ -209,8 +221,8 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 }
 
 // dispatchVM relays the source's vm-disk streams to the local QEMU's
-// NBD server and routes the console log's stream, until the session
-// ends.
+// NBD server and routes the snapshots' and the console log's streams,
+// until the session ends.
 func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock string) {
 	for {
 		st, h, err := m.sess.AcceptStream(ctx)
@@ -228,6 +240,12 @@ func (m *migrationTarget) dispatchVM(ctx context.Context, nbdSock string) {
 			sock = nbdSock
 		case migration.StreamLogs:
 			m.logsCh <- st
+			continue
+		case migration.StreamDisk: // a snapshot's disk
+			m.diskCh <- st
+			continue
+		case migration.StreamImages: // a stateful snapshot's state file
+			m.imagesCh <- st
 			continue
 		default:
 			st.Close()

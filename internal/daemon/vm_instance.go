@@ -151,7 +151,13 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) error {
 // launchVM starts a stopped VM; with load, QEMU starts waiting for its
 // state (-incoming defer) and load gives it (a stateful restore) before
 // the VM runs.
-func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) (err error) {
+func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) error {
+	return d.launchVMWith(ctx, inst, load, nil)
+}
+
+// launchVMWith is launchVM; also runs in the transaction that records
+// the VM running (a move's journal goes in it).
+func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error, also func(*state.Tx) error) (err error) {
 	name := inst.name
 	if inst.live() != nil {
 		return errorf(ErrConflict, "instance %q is already running", name)
@@ -188,8 +194,11 @@ func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context
 	d.crashAt(faultStartLaunched)
 	run := d.trackVM(inst, proc)
 	r.Add(func() { inst.clearLive(run) })
-	if err := d.setState(inst, state.StateRunning, func(_ *state.Tx, rec *state.Instance) error {
+	if err := d.setState(inst, state.StateRunning, func(tx *state.Tx, rec *state.Instance) error {
 		rec.LastStart = time.Now().UTC()
+		if also != nil {
+			return also(tx)
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("record the start of %s: %w", name, err)
@@ -348,14 +357,6 @@ func (d *Daemon) reconcileVM(ctx context.Context, inst *instance) {
 	if err := d.cleanupStopped(ctx, inst, run, false); err != nil {
 		d.log.Warn("cleanup of a stopped VM", "name", name, "err", err)
 	}
-}
-
-// refuseVM refuses an action vessel does not do for VMs yet.
-func refuseVM(inst *instance, what string) error {
-	if isVM(inst) {
-		return errorf(ErrInvalid, "%s is not supported for virtual machines yet (%q is one)", what, inst.name)
-	}
-	return nil
 }
 
 // updateRunningVM applies a running VM's new configuration: the CPU quota

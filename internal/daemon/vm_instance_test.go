@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/state"
 )
@@ -260,20 +261,67 @@ func updateVM(t *testing.T, td *testDaemon, name string, patch map[string]string
 	return waitOp(t, op)
 }
 
-// TestVMRefusals: what vessel does not do for VMs yet is refused up front.
+// TestVMRefusals: what vessel does not do for VMs is refused up front.
 func TestVMRefusals(t *testing.T) {
 	td := newTestDaemon(t)
-	td.addInstance(t, "vm1", state.StateStopped, vmRecord)
-	td.addPeer(t)
 	ctx := context.Background()
-	if _, err := td.MigrateInstance(ctx, "vm1", api.InstanceMigratePost{TargetFingerprint: testPeerFP}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("move: %v", err)
-	}
-	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "vm2", Source: api.InstanceSource{Type: "copy", Source: "vm1"}}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("copy: %v", err)
-	}
 	if _, err := td.CreateInstance(ctx, api.InstancesPost{Name: "x", Type: "lxc", Source: api.InstanceSource{Image: "busybox"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown type: %v", err)
+	}
+}
+
+// TestVMCopyLocal: a copy of a stopped VM (or of its snapshot) is a VM
+// with the source's disk and configuration, its own address and so its
+// own MAC, and its own name on the kernel command line; the source does
+// not change. A running VM is not copied here.
+func TestVMCopyLocal(t *testing.T) {
+	td := newTestDaemon(t)
+	td.addInstance(t, "vm1", state.StateStopped, vmRecord, func(r *state.Instance) {
+		r.Config = map[string]string{KeyMemory: "512MiB"}
+	})
+	td.putSnapshot(t, "vm1", "s1", "disk of vm1 at s1")
+	ctx := context.Background()
+	copyOf := func(src, name string) error {
+		t.Helper()
+		op, err := td.CreateInstance(ctx, api.InstancesPost{Name: name, Source: api.InstanceSource{Type: "copy", Source: src}, Start: true})
+		if err != nil {
+			return err
+		}
+		return waitOp(t, op)
+	}
+	for src, want := range map[string]string{"vm1": "vm1", "vm1/s1": "disk of vm1 at s1"} {
+		name := "copy-of-" + strings.ReplaceAll(src, "/", "-")
+		if err := copyOf(src, name); err != nil {
+			t.Fatalf("copy %s: %v", src, err)
+		}
+		rec, _ := td.storedInstance(t, name)
+		orig, _ := td.storedInstance(t, "vm1")
+		// The snapshot's configuration (none here) for a snapshot's copy.
+		if !rec.IsVM() || !rec.Running() || (src == "vm1") != (rec.Config[KeyMemory] == "512MiB") || rec.Address == orig.Address {
+			t.Errorf("copy of %s: %+v (source at %s)", src, rec, orig.Address)
+		}
+		if got := td.readVolume(t, containerVolume(name)); got != want {
+			t.Errorf("copy of %s: disk %q, want %q", src, got, want)
+		}
+		v := td.fvm.vm(name)
+		if v == nil {
+			t.Fatalf("copy of %s: no QEMU", src)
+		}
+		if v.cfg.Net == nil || v.cfg.Net.MAC != network.MACFor(rec.Address) || v.cfg.Net.MAC == network.MACFor(orig.Address) {
+			t.Errorf("copy of %s: MAC %+v", src, v.cfg.Net)
+		}
+		if !strings.Contains(v.cfg.Cmdline, "vessel.hostname="+name+" ") {
+			t.Errorf("copy of %s: command line %q", src, v.cfg.Cmdline)
+		}
+	}
+	if got := td.readVolume(t, containerVolume("vm1")); got != "vm1" {
+		t.Errorf("source disk %q", got)
+	}
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStart}); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyOf("vm1", "vm3"); !errors.Is(err, ErrConflict) {
+		t.Errorf("copy of a running VM: %v", err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vesselhost/vessel/internal/sparse"
 )
 
 // SendDir writes the regular files of dir (one level: checkpoint images)
@@ -81,7 +83,8 @@ func ReceiveDir(r io.Reader, dir string) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		n, err := io.Copy(f, tr)
+		// Holes where the data is zero (a VM's memory state file).
+		n, err := sparse.Copy(f, tr)
 		total += n
 		if cerr := f.Close(); err == nil {
 			err = cerr

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/sparse"
 )
 
 // The receiving side of a tar-sync pass (see dir_sync.go for the format):
@@ -335,14 +337,15 @@ func (a *applier) link(target string, dirfd int, name string) error {
 }
 
 // createFile creates the regular file name in dirfd (which must not
-// exist) with the content r holds.
+// exist) with the content r holds, zero blocks left as holes (a VM's
+// sparse disk arrives as zeros).
 func createFile(dirfd int, name string, mode uint32, r io.Reader) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return &fs.PathError{Op: "openat", Path: name, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), name)
-	_, err = io.Copy(f, r)
+	_, err = sparse.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

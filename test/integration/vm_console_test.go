@@ -41,10 +41,10 @@ func (s *syncBuffer) String() string {
 //
 //   - `vessel console vm1` attaches to ttyS0 both ways: the built-in
 //     image's inittab runs no getty (it is made for containers), so the
-//     test starts a shell on ttyS0 through the agent, types a command
-//     line into the console and reads the answer; a second attach is
-//     refused meanwhile; ctrl+a q detaches; the console log recorded it
-//     all (--show-log);
+//     agent runs the image's getty there; with a root password set
+//     through exec, the test logs in on the console, types a command
+//     line and reads the answer; a second attach is refused meanwhile;
+//     ctrl+a q detaches; the console log recorded it all (--show-log);
 //   - `reboot` in the guest resets the machine: the same QEMU boots the
 //     guest again, the VM stays running and exec reaches the new boot's
 //     agent;
@@ -61,8 +61,8 @@ func TestVMConsoleRebootPoweroff(t *testing.T) {
 		t.Errorf("info does not show the agent ready:\n%s", info)
 	}
 
-	// A shell on the guest's serial port, as a getty would start one.
-	h.OK("exec", "vm1", "--", "sh", "-c", `setsid sh -c 'exec sh -i </dev/ttyS0 >/dev/ttyS0 2>&1' </dev/null >/dev/null 2>&1 &`)
+	// The image locks root's password: set one to log in with.
+	h.OK("exec", "vm1", "--", "sh", "-c", `h=$(mkpasswd -m sha512 console-pw) && sed -i "s|^root:[^:]*:|root:$h:|" /etc/shadow`)
 	ctx, cancel := context.WithTimeout(context.Background(), vmBoot)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(h.Bin(), "vessel"), "console", "vm1")
@@ -80,6 +80,22 @@ func TestVMConsoleRebootPoweroff(t *testing.T) {
 	eventuallyWithin(t, vmBoot, "the console attached", func() bool {
 		return strings.Contains(stderr.String(), "ctrl>+a q")
 	})
+	// The agent's getty on ttyS0 prompts again at each empty line.
+	polls := 0
+	eventuallyWithin(t, vmBoot, "a login prompt on the console", func() bool {
+		if polls++; polls%20 == 1 {
+			_, _ = io.WriteString(stdin, "\n")
+		}
+		return strings.Contains(stdout.String(), "vm1 login:")
+	})
+	for _, step := range [][2]string{{"root\n", "Password:"}, {"console-pw\n", "#"}} {
+		if _, err := io.WriteString(stdin, step[0]); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyWithin(t, vmBoot, "the console's "+step[1], func() bool {
+			return strings.Contains(stdout.String(), step[1])
+		})
+	}
 	// The answer differs from the echoed command line.
 	if _, err := io.WriteString(stdin, "echo console-$((6*7))-ok\n"); err != nil {
 		t.Fatal(err)
