@@ -182,7 +182,11 @@ type fakeRestorer struct {
 }
 
 func (r *fakeRestorer) Run(ctx context.Context) (runtime.Process, error) {
-	return r.f.Restore(ctx, r.id, r.bundle, r.o)
+	proc, err := r.f.Restore(ctx, r.id, r.bundle, r.o)
+	if err == nil && r.o.Resumed != nil {
+		r.o.Resumed()
+	}
+	return proc, err
 }
 
 func (r *fakeRestorer) Abort() {}

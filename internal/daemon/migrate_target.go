@@ -454,6 +454,14 @@ func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter
 		ImagePath:    m.images, WorkPath: m.work, LazyPages: m.lazyRestore(), TCPEstablished: true,
 		Hang:  d.fault(faultRestore) == "hang",
 		IDMap: runIDMap(m.inst.record()), Untrusted: true,
+		// The client's downtime ends as the tasks resume, not after
+		// runc's state and the shim's hand-over; a failure of its own
+		// is left to launchPrepared, which tries again.
+		Resumed: func() {
+			if err := d.hostLinkUp(m.prep); err != nil {
+				d.log.Warn("migration target: link up as the tasks resumed", "name", m.name, "err", err)
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("prepare the restore: %w", err)

@@ -363,6 +363,10 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 		return Process{}, fmt.Errorf("%w %s: CRIU restore: %w", ErrStart, p.id,
 			criuFailure(err, filepath.Join(p.o.WorkPath, "restore.log")))
 	}
+	// The tasks run from here (CRIU resumed them before it answered).
+	if p.o.Resumed != nil {
+		p.o.Resumed()
+	}
 	if err := p.writeRuncState(pid); err != nil {
 		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // its cgroup is the caller's to empty
 		return Process{}, err
