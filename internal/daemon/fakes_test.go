@@ -182,12 +182,18 @@ type fakeRestorer struct {
 }
 
 func (r *fakeRestorer) Run(ctx context.Context) (runtime.Process, error) {
-	return r.f.Restore(ctx, r.id, r.bundle, r.o)
+	proc, err := r.f.Restore(ctx, r.id, r.bundle, r.o)
+	if err == nil && r.o.Resumed != nil {
+		r.o.Resumed()
+	}
+	return proc, err
 }
 
 func (r *fakeRestorer) Abort() {}
 
 func (r *fakeRestorer) CheckImages() error { return nil }
+
+func (r *fakeRestorer) PrepareRoot() error { return nil }
 
 func (f *fakeRuntime) createLocked(id string, injected error) (runtime.Process, error) {
 	if injected != nil {

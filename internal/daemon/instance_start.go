@@ -53,9 +53,12 @@ type prepared struct {
 	bundle  string
 	logPath string
 	netLock bool
-	userns  *usernsRun        // an unprivileged container's (nil: privileged)
-	config  map[string]string // the instance's configuration (limits)
-	r       *revert.Reverter
+	// linkUp: hostLinkUp brought the network-locked link up;
+	// rootMounted: a migration target mounted the rootfs early.
+	linkUp, rootMounted bool
+	userns              *usernsRun        // an unprivileged container's (nil: privileged)
+	config              map[string]string // the instance's configuration (limits)
+	r                   *revert.Reverter
 }
 
 func (p *prepared) abort() { p.r.Fail() }
@@ -140,7 +143,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 	}()
 	bg := context.WithoutCancel(ctx)
 	name := p.inst.name
-	if p.userns != nil {
+	if p.userns != nil && !p.rootMounted {
 		if err := d.mountRootfs(name, p.userns); err != nil {
 			return err
 		}
@@ -154,12 +157,10 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		d.undo("delete runtime state", name, d.rt.Delete(bg, name))
 	})
 	// A restored container runs from here: its link comes up first (the
-	// network's downtime ends here), the bookkeeping after.
-	if p.netLock {
-		if err := d.net.SetHostLink(name, true); err != nil {
-			return err
-		}
-		d.announceInBackground(name)
+	// network's downtime ends here; a direct restore did it as CRIU
+	// returned), the bookkeeping after.
+	if err := d.hostLinkUp(p); err != nil {
+		return err
 	}
 	d.crashAt(faultStartLaunched)
 	// It runs: the container's own weight from now on.
@@ -186,6 +187,23 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		return fmt.Errorf("record the start of %s: %w", name, err)
 	}
 	p.r.Success()
+	return nil
+}
+
+// hostLinkUp brings a network-locked container's link up and announces
+// its address, once. A live move's restore calls it as soon as CRIU has
+// resumed the tasks (runtime.RestoreOptions.Resumed), launchPrepared
+// otherwise; a failure after it takes the link down with the rest
+// (prepareRun's revert detaches the network).
+func (d *Daemon) hostLinkUp(p *prepared) error {
+	if !p.netLock || p.linkUp {
+		return nil
+	}
+	if err := d.net.SetHostLink(p.inst.name, true); err != nil {
+		return err
+	}
+	p.linkUp = true
+	d.announceInBackground(p.inst.name)
 	return nil
 }
 

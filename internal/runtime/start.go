@@ -54,6 +54,11 @@ type RestoreOptions struct {
 	// first pass CheckUserns.
 	IDMap     *IDMap
 	Untrusted bool
+	// Resumed, if set, is called by a direct restore (PrepareRestore's
+	// Run) as soon as CRIU has restored and resumed the tasks, before
+	// runc's state is written and the shim takes init (3-5 ms): a caller
+	// ends the network's downtime there. It runs on Run's goroutine.
+	Resumed func()
 }
 
 // Start runs the container of bundle under a new shim and returns once it is
