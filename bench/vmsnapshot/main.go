@@ -192,6 +192,7 @@ func main() {
 	out := flag.String("out", "", "also write the JSON here")
 	apiSizes := flag.String("api-sizes", "", "guest memory sizes (MiB) of the runs through vessel's API: a VM's `snapshot create/restore --stateful` (empty: none)")
 	apiN := flag.Int("api-n", 3, "runs per size through the API")
+	apiTHP := flag.Bool("api-restore-thp", false, "run the API's daemon with --vm-restore-thp (restores keep transparent huge pages)")
 	flag.Parse()
 
 	r := testhost.NewRunner()
@@ -256,7 +257,7 @@ func main() {
 		res.Pools = append(res.Pools, pr)
 	}
 	if *apiSizes != "" {
-		res.API = apiBench(r, ints(r, *apiSizes), *apiN)
+		res.API = apiBench(r, ints(r, *apiSizes), *apiN, *apiTHP)
 		r.Logf("api: %s", jsonString(res.API))
 	}
 	res.LoadAvgEnd = loadavg()
