@@ -44,11 +44,14 @@ type APIResult struct {
 	FileBytes int64           `json:"file_bytes"`
 	NoDataSum bool            `json:"nodatasum"`
 	Verified  bool            `json:"memhog_verified"`
+	// RestoreTHP: the daemon ran with --vm-restore-thp (the restore's
+	// QEMU kept transparent huge pages; by default it has them off).
+	RestoreTHP bool `json:"restore_thp"`
 }
 
 // apiBench runs the API rows: one daemon (testhost, its own btrfs pool),
 // one VM per size, n snapshot/restore rounds each.
-func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
+func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResult {
 	bin, err := testhost.Build()
 	if err != nil {
 		r.Fatalf("%v", err)
@@ -61,7 +64,11 @@ func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
 	for _, s := range sizes {
 		maxMiB = max(maxMiB, s)
 	}
-	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 3*maxMiB + 8<<10})
+	opts := testhost.Options{StorageSizeMiB: 3*maxMiB + 8<<10}
+	if restoreTHP {
+		opts.ExtraArgs = []string{"--vm-restore-thp"}
+	}
+	h := testhost.New(r, bin, opts)
 	c := h.Client()
 	ctx := context.Background()
 	// fio writes where the state files go: a NODATASUM directory (the
@@ -75,7 +82,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int) []APIResult {
 	var out []APIResult
 	for _, mib := range sizes {
 		// The guest kernel needs room beside memhog (its page structs: 1/64 of RAM).
-		res := APIResult{GuestMiB: mib, MemhogMiB: mib - max(192, mib/16), Verified: true}
+		res := APIResult{GuestMiB: mib, MemhogMiB: mib - max(192, mib/16), Verified: true, RestoreTHP: restoreTHP}
 		name := fmt.Sprintf("vm%d", mib)
 		h.OK("launch", "busybox", name, "--vm", "-c", "limits.cpu=2", "-c", fmt.Sprintf("limits.memory=%dMiB", mib))
 		h.OK("file", "push", "--mode", "0755", memhog, name+"/root/memhog")

@@ -36,6 +36,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -76,6 +77,7 @@ type Result struct {
 type Sweep struct {
 	Pool     string     `json:"pool"`
 	GuestMiB int        `json:"guest_mib"`
+	LoadTHP  bool       `json:"load_thp"`
 	Rows     []SweepRow `json:"rows"`
 }
 
@@ -131,13 +133,23 @@ type MethodResult struct {
 	SaveOfRaw float64 `json:"save_of_raw"`
 	LoadOfRaw float64 `json:"load_of_raw"`
 	// Verified: the loaded guest's memory checksum matched (first run).
-	Verified  *bool  `json:"verified,omitempty"`
-	FileBytes int64  `json:"file_bytes"`
-	Channels  int    `json:"channels,omitempty"`
-	Note      string `json:"note,omitempty"`
+	Verified  *bool `json:"verified,omitempty"`
+	FileBytes int64 `json:"file_bytes"`
+	Channels  int   `json:"channels,omitempty"`
+	// THP: the loading QEMU had transparent huge pages (QEMU's default;
+	// vessel's restore turns them off, internal/qemu/thp.go).
+	THP  bool   `json:"load_thp"`
+	Note string `json:"note,omitempty"`
+	// loadOf names the method whose file this one loads (a load-only
+	// variant: no save of its own).
+	loadOf string
 
 	save, load, saveS, loadS, restoreS []float64
 }
+
+// mappedRAMTHP is the load-only variant: vessel's mapped-ram file into a
+// QEMU with transparent huge pages.
+const mappedRAMTHP = "mapped-ram-thp"
 
 type bench struct {
 	r        *testhost.Runner
@@ -150,9 +162,15 @@ type bench struct {
 	gzipMax  int
 	gzipN    int
 	savevm   bool
+	loadTHP  bool
+	sweepTHP bool
 }
 
 func main() {
+	if qemu.IsNoTHPLaunch(os.Args) { // guest.Config.NoTHP's launcher
+		fmt.Fprintln(os.Stderr, "vmsnapshot:", qemu.ExecNoTHP(os.Args))
+		os.Exit(1)
+	}
 	n := flag.Int("n", 3, "runs per pool and size")
 	sizes := flag.String("sizes", "2048,8192", "guest memory sizes, MiB")
 	btrfsSizes := flag.String("btrfs-sizes", "", "guest memory sizes on the btrfs pool (default: -sizes)")
@@ -168,10 +186,13 @@ func main() {
 	gzipMax := flag.Int("gzip-max", 2048, "largest guest (MiB) the gzip stream runs for")
 	gzipN := flag.Int("gzip-n", 2, "runs of the gzip stream")
 	savevm := flag.Bool("savevm", true, "include the legacy savevm/loadvm")
+	loadTHP := flag.Bool("load-thp", true, "also load the mapped-ram file into a QEMU with transparent huge pages (QEMU's default; vessel's restore and the mapped-ram row have them off)")
+	sweepTHP := flag.Bool("sweep-thp", false, "the channel sweep's loads with transparent huge pages")
 	work := flag.String("work", "/var/tmp", "directory for the pool file and the root-filesystem state dir")
 	out := flag.String("out", "", "also write the JSON here")
 	apiSizes := flag.String("api-sizes", "", "guest memory sizes (MiB) of the runs through vessel's API: a VM's `snapshot create/restore --stateful` (empty: none)")
 	apiN := flag.Int("api-n", 3, "runs per size through the API")
+	apiTHP := flag.Bool("api-restore-thp", false, "run the API's daemon with --vm-restore-thp (restores keep transparent huge pages)")
 	flag.Parse()
 
 	r := testhost.NewRunner()
@@ -193,7 +214,7 @@ func main() {
 	if err != nil {
 		r.Fatalf("%v", err)
 	}
-	b := &bench{r: r, ctx: ctx, smp: *smp, gzipMax: *gzipMax, gzipN: *gzipN, savevm: *savevm,
+	b := &bench{r: r, ctx: ctx, smp: *smp, gzipMax: *gzipMax, gzipN: *gzipN, savevm: *savevm, loadTHP: *loadTHP, sweepTHP: *sweepTHP,
 		cfg: guest.Config{Kernel: kernel, Initrd: initrd, Dir: vmdir, SMP: *smp, Accel: *accel}}
 	r.Cleanup(b.killVM)
 	b.channels = *channels
@@ -236,7 +257,7 @@ func main() {
 		res.Pools = append(res.Pools, pr)
 	}
 	if *apiSizes != "" {
-		res.API = apiBench(r, ints(r, *apiSizes), *apiN)
+		res.API = apiBench(r, ints(r, *apiSizes), *apiN, *apiTHP)
 		r.Logf("api: %s", jsonString(res.API))
 	}
 	res.LoadAvgEnd = loadavg()
@@ -261,12 +282,19 @@ func (b *bench) size(p pool, mib, n int) SizeResult {
 		return m
 	}
 	if b.savevm {
-		add("savevm")
+		add("savevm").THP = true
 	}
-	add(qemu.FormatMappedRAM.String()).Channels = b.channels
-	add(qemu.FormatStream.String())
+	mr := add(qemu.FormatMappedRAM.String())
+	mr.Channels = b.channels
+	if b.loadTHP {
+		m := add(mappedRAMTHP)
+		m.Channels, m.THP, m.loadOf = b.channels, true, mr.Method
+		m.Note = "the mapped-ram file loaded into a QEMU with transparent huge pages (QEMU's default)"
+	}
+	add(qemu.FormatStream.String()).THP = true
 	if mib <= b.gzipMax && b.gzipN > 0 {
-		add(qemu.FormatGzipStream.String()).Note = fmt.Sprintf("gzip -c through exec:, first %d runs only", b.gzipN)
+		m := add(qemu.FormatGzipStream.String())
+		m.THP, m.Note = true, fmt.Sprintf("gzip -c through exec:, first %d runs only", b.gzipN)
 	}
 	for rep := range n {
 		w, rd := b.fio(p.Dir, mib)
@@ -283,10 +311,11 @@ func (b *bench) size(p pool, mib, n int) SizeResult {
 		m.SaveOfRaw = benchutil.Ratio(m.SaveMBps.Median, sr.Raw.WriteMBps.Median)
 		m.LoadOfRaw = benchutil.Ratio(m.LoadMBps.Median, sr.Raw.ReadMBps.Median)
 	}
-	mr := byName[qemu.FormatMappedRAM.String()]
 	for _, m := range methods {
 		if m != mr {
-			sr.Speedup[m.Method+"_save"] = benchutil.Ratio(mr.SaveMBps.Median, m.SaveMBps.Median)
+			if m.loadOf == "" {
+				sr.Speedup[m.Method+"_save"] = benchutil.Ratio(mr.SaveMBps.Median, m.SaveMBps.Median)
+			}
 			sr.Speedup[m.Method+"_load"] = benchutil.Ratio(mr.LoadMBps.Median, m.LoadMBps.Median)
 		}
 	}
@@ -312,7 +341,7 @@ func (b *bench) round(p pool, mib, rep int, sr *SizeResult, methods []*MethodRes
 	files := map[string]string{}
 	saved := map[*MethodResult]int64{}
 	for _, m := range methods {
-		if m.Method == qemu.FormatGzipStream.String() && rep >= b.gzipN {
+		if m.loadOf != "" || m.Method == qemu.FormatGzipStream.String() && rep >= b.gzipN {
 			continue
 		}
 		b.resume()
@@ -350,8 +379,13 @@ func (b *bench) round(p pool, mib, rep int, sr *SizeResult, methods []*MethodRes
 	}
 	benchutil.DropCaches(r)
 	b.faults = append(b.faults, faultFloor(r, mib))
+	users := map[string]int{}
 	for _, m := range methods {
-		path, ok := files[m.Method]
+		users[cmp.Or(m.loadOf, m.Method)]++
+	}
+	for _, m := range methods {
+		file := cmp.Or(m.loadOf, m.Method)
+		path, ok := files[file]
 		if !ok {
 			continue
 		}
@@ -361,7 +395,7 @@ func (b *bench) round(p pool, mib, rep int, sr *SizeResult, methods []*MethodRes
 		m.restoreS = append(m.restoreS, total.Seconds())
 		m.load = append(m.load, float64(sr.RAMBytes)/1e6/d.Seconds())
 		r.Logf("%s %d MiB run %d: load %s %.2fs (with QEMU's start %.2fs)", p.Name, mib, rep, m.Method, d.Seconds(), total.Seconds())
-		if m.Method != "savevm" {
+		if users[file]--; users[file] == 0 && m.Method != "savevm" {
 			os.Remove(path)
 		}
 	}
@@ -423,7 +457,7 @@ func (b *bench) saveVM(drive string) time.Duration {
 // load starts a fresh QEMU and loads path into it; verify resumes the
 // guest and compares its memory checksum with sum.
 func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool, sum string) (load, total time.Duration) {
-	cfg.Incoming, cfg.Paused = m.Method != "savevm", m.Method == "savevm"
+	cfg.Incoming, cfg.Paused, cfg.NoTHP = m.Method != "savevm", m.Method == "savevm", !m.THP
 	start := time.Now()
 	vm, err := guest.Start(b.ctx, cfg)
 	if err != nil {
@@ -436,7 +470,7 @@ func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool
 		d, err = qemu.LoadVM(b.ctx, vm.Mon, "bench")
 	} else {
 		var st qemu.SaveStats
-		st, err = qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Format: format(m.Method), Channels: b.channels})
+		st, err = qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Format: format(cmp.Or(m.loadOf, m.Method)), Channels: b.channels})
 		d = st.Total
 	}
 	if err != nil {
@@ -484,7 +518,8 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 		}
 	}
 	b.killVM()
-	cfg.Incoming = true
+	cfg.Incoming, cfg.NoTHP = true, !b.sweepTHP
+	sw.LoadTHP = b.sweepTHP
 	for i, ch := range chans {
 		path := filepath.Join(p.Dir, fmt.Sprintf("sweep-%d.state", ch))
 		for range n {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/vesselhost/vessel/internal/daemon"
 	"github.com/vesselhost/vessel/internal/image"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/server"
 )
 
@@ -31,6 +32,12 @@ import (
 var version = "dev"
 
 func main() {
+	// vesseld is also the launcher of the QEMU a stateful restore starts
+	// with transparent huge pages off (internal/qemu/thp.go).
+	if qemu.IsNoTHPLaunch(os.Args) {
+		fmt.Fprintln(os.Stderr, "vesseld:", qemu.ExecNoTHP(os.Args))
+		os.Exit(1)
+	}
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vesseld:", err)
 		os.Exit(1)
@@ -154,6 +161,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.StringVar(&cfg.Shim, "shim", env("VESSEL_SHIM", ""), "vessel-shim binary (default: next to vesseld, /usr/lib/vessel/vessel-shim, then PATH)")
 	f.StringVar(&cfg.VMAgent, "vm-agent", env("VESSEL_VM_AGENT", ""), "guest agent put in VMs' initramfs as /init (default: vessel-agent next to vesseld, /usr/lib/vessel/vessel-agent, then PATH)")
 	f.StringVar(&cfg.VMKernelDir, "vm-kernel-dir", env("VESSEL_VM_KERNEL_DIR", ""), "guest kernel for VMs: vmlinuz and modules/ (default /var/cache/vessel-setup/vm-kernel/current, where setup.sh unpacks Debian's cloud kernel)")
+	f.BoolVar(&cfg.VMRestoreTHP, "vm-restore-thp", envBool("VESSEL_VM_RESTORE_THP", false), "keep transparent huge pages for the QEMU of a stateful VM restore (default off: where the host faults huge pages in slowly they hold the load to a fraction of the disk's speed)")
 	f.StringVar(&cfg.Busybox, "busybox", env("VESSEL_BUSYBOX", cfg.Busybox), "static busybox for the built-in image")
 	f.StringArrayVar(&defaultLimits, "default-limit", splitEnv("VESSEL_DEFAULT_LIMITS"), `a limit for containers that set none, KEY=VALUE (repeatable): e.g. limits.memory=2GiB, limits.processes=unlimited (default: limits.processes and limits.memory derived from the host, see 'vessel info')`)
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "default graceful stop timeout")

@@ -169,7 +169,9 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	}
 	r := revert.New()
 	defer r.Fail()
-	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, load != nil)
+	// A restore's QEMU faults all its RAM in as it loads it: without
+	// transparent huge pages unless configured (internal/qemu/thp.go).
+	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, load != nil, load != nil && !d.cfg.VMRestoreTHP)
 	if err != nil {
 		return err
 	}
@@ -209,8 +211,9 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 
 // spawnVM makes what a VM's QEMU runs in (its tap, its cgroup with the
 // limits) and starts QEMU in it, paused until its disk is throttled (with
-// incoming, waiting for its state: -incoming defer). r undoes each step.
-func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, incoming bool) (vmProcess, qemu.Config, network.Endpoint, error) {
+// incoming, waiting for its state: -incoming defer; with noTHP,
+// transparent huge pages off). r undoes each step.
+func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, incoming, noTHP bool) (vmProcess, qemu.Config, network.Endpoint, error) {
 	name := rec.Name
 	bg := context.WithoutCancel(ctx)
 	ep, err := d.net.AttachTap(ctx, name, rec.Address)
@@ -226,7 +229,7 @@ func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Inst
 		return nil, qemu.Config{}, ep, err
 	}
 	qcfg := d.vmQEMUConfig(rec, size, ep)
-	qcfg.Incoming = incoming
+	qcfg.Incoming, qcfg.NoTHP = incoming, noTHP
 	proc, err := d.vms.Start(ctx, qcfg)
 	if err != nil {
 		return nil, qcfg, ep, err

@@ -97,6 +97,13 @@ type Config struct {
 	// defer: migrate-incoming names where, after the caller set up the
 	// migration's capabilities and the disk's NBD export).
 	Incoming bool
+	// NoTHP starts QEMU with transparent huge pages off (thp.go): what a
+	// QEMU that loads a state file wants where huge pages are slow to
+	// fault in. Launcher is the vessel binary that runs it so (its main
+	// hands IsNoTHPLaunch invocations to ExecNoTHP); empty means this
+	// process's own executable.
+	NoTHP    bool
+	Launcher string
 }
 
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in

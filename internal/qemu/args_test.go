@@ -184,3 +184,15 @@ func TestArgsMicroVM(t *testing.T) {
 		t.Errorf("machine pc: %v", err)
 	}
 }
+
+// TestCommandNoTHP: NoTHP runs QEMU through the launcher.
+func TestCommandNoTHP(t *testing.T) {
+	bin, args, err := Config{}.command([]string{"-S"})
+	if err != nil || bin != Binary || !slices.Equal(args, []string{"-S"}) {
+		t.Errorf("plain: %s %q %v", bin, args, err)
+	}
+	bin, args, err = Config{NoTHP: true, Launcher: "/usr/bin/vesseld"}.command([]string{"-S"})
+	if err != nil || bin != "/usr/bin/vesseld" || !slices.Equal(args, []string{NoTHPArg, Binary, "-S"}) {
+		t.Errorf("no THP: %s %q %v", bin, args, err)
+	}
+}

@@ -56,7 +56,11 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
 	}
 	defer stderr.Close()
-	cmd := exec.CommandContext(ctx, Binary, args...)
+	bin, args, err := cfg.command(args)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = nil
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr

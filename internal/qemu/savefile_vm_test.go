@@ -16,7 +16,8 @@ import (
 // it filled with a seeded pattern), saves it with each format, loads each
 // file into a fresh QEMU started with -incoming defer, resumes it and asks
 // the guest for the checksum of its memory: it must be the one the guest
-// computed before the save. One VM runs at a time.
+// computed before the save (the mapped-ram file twice: also into a QEMU
+// without transparent huge pages). One VM runs at a time.
 func TestSaveLoadRoundTrip(t *testing.T) {
 	testutil.NeedRoot(t)
 	kernel, err := guest.FindKernel()
@@ -72,8 +73,20 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	}
 	src.Kill()
 
+	// The mapped-ram file also goes into a QEMU without transparent huge
+	// pages, as vessel's restore starts it (through this test binary as
+	// the launcher: TestMain).
+	type load struct {
+		f     qemu.Format
+		noTHP bool
+	}
+	loads := []load{{formats[0], true}}
 	for _, f := range formats {
-		cfg.Incoming = true
+		loads = append(loads, load{f, false})
+	}
+	for _, l := range loads {
+		f := l.f
+		cfg.Incoming, cfg.NoTHP = true, l.noTHP
 		dst, err := guest.Start(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +108,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if got != want {
 			t.Errorf("load %v: guest memory checksum %s, saved %s", f, got, want)
 		}
-		t.Logf("load %v: %d MiB file in %v, checksum matches: %v", f, st.FileBytes>>20, st.Migrate, got == want)
+		t.Logf("load %v (THP off %v): %d MiB file in %v, checksum matches: %v", f, l.noTHP, st.FileBytes>>20, st.Migrate, got == want)
 	}
 	if err := os.RemoveAll(stateDir); err != nil {
 		t.Error(err)

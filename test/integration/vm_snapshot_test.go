@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/qemu"
 )
 
 // guestFile reads a file of a VM's disk image from the host (debugfs,
@@ -40,6 +41,9 @@ func TestVMSnapshotStateful(t *testing.T) {
 	h.OK("exec", "vm1", "--", "sh", "-c", "echo before > /root/before; mkdir -p /mnt/ram; mount -t tmpfs ram /mnt/ram; echo ram1 > /mnt/ram/x; sync")
 	pid := strings.TrimSpace(h.OK("exec", "vm1", "--", "sh", "-c", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!"))
 	qemuPid := h.instances()["vm1"].PID
+	if off, err := qemu.THPDisabled(qemuPid); err != nil || off {
+		t.Errorf("booted qemu %d: transparent huge pages disabled %v (%v), want false", qemuPid, off, err)
+	}
 
 	h.OK("snapshot", "create", "vm1", "s1", "--stateful")
 	s := h.snapshots("vm1")["s1"]
@@ -99,6 +103,11 @@ func TestVMSnapshotStateful(t *testing.T) {
 	i := h.instances()["vm1"]
 	if i.Status != api.StatusRunning || i.PID == qemuPid {
 		t.Fatalf("after restore: %+v (qemu was %d)", i, qemuPid)
+	}
+	// The restore's QEMU runs without transparent huge pages (the load
+	// faults its RAM in; vesseld's default), the booted one with them.
+	if off, err := qemu.THPDisabled(i.PID); err != nil || !off {
+		t.Errorf("restored qemu %d: transparent huge pages disabled %v (%v), want true", i.PID, off, err)
 	}
 	if got := h.OK("exec", "vm1", "--", "cat", "/mnt/ram/x", "/root/before"); got != "ram1\nbefore\n" {
 		t.Errorf("after restore: %q, want the snapshot's tmpfs file and disk", got)

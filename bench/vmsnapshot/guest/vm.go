@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
+
+	"github.com/vesselhost/vessel/internal/qemu"
 )
 
 // kernelGlobs are where setup caches Debian's cloud kernel.
@@ -80,6 +82,11 @@ type Config struct {
 	Incoming bool
 	// Paused starts QEMU with -S (for loadvm).
 	Paused bool
+	// NoTHP starts QEMU with transparent huge pages off, through this
+	// program's own executable as the launcher (its main must hand
+	// qemu.IsNoTHPLaunch invocations to qemu.ExecNoTHP), as vessel starts
+	// the QEMU of a stateful restore.
+	NoTHP bool
 }
 
 // VM is one running QEMU.
@@ -132,7 +139,15 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command("qemu-system-x86_64", c.Args()...)
+	argv := append([]string{qemu.Binary}, c.Args()...)
+	if c.NoTHP {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		argv = append([]string{exe, qemu.NoTHPArg}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
