@@ -295,12 +295,11 @@ func socketFiles(dir string) []string {
 	var out []string
 	skip := map[string]bool{filepath.Join(dir, "rootfs"): true, filepath.Join(dir, "sysfs"): true}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return nil
-		case d.IsDir() && skip[p]:
+		// A file gone between the listing and the visit is no error here.
+		if err == nil && d.IsDir() && skip[p] {
 			return filepath.SkipDir
-		case d.Type()&fs.ModeSocket != 0:
+		}
+		if err == nil && d.Type()&fs.ModeSocket != 0 {
 			out = append(out, p)
 		}
 		return nil
