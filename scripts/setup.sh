@@ -255,9 +255,13 @@ build_runc() {
 		return
 	fi
 	log "building runc $RUNC_VERSION"
-	local bin="$CACHE/runc-bin"
+	local bin="$CACHE/runc-bin" tc
 	mkdir -p "$bin"
-	GOBIN="$bin" GOFLAGS=-mod=mod CGO_ENABLED=1 "$GO" install -tags seccomp \
+	# With the toolchain that builds vessel: `go install pkg@version` would
+	# pick by runc's go.mod, i.e. a distribution's older go as it is
+	# (trixie's 1.24), a second toolchain and a second build cache.
+	tc=$(cd "$REPO" && "$GO" env GOVERSION)
+	GOTOOLCHAIN=$tc GOBIN="$bin" GOFLAGS=-mod=mod CGO_ENABLED=1 "$GO" install -tags seccomp \
 		-ldflags "-X main.version=$RUNC_VERSION" "github.com/opencontainers/runc@v$RUNC_VERSION"
 	install -D -m 0755 "$bin/runc" "$RUNC"
 	log "$("$RUNC" --version | head -n 1) installed as $RUNC"
