@@ -160,6 +160,10 @@ type process struct {
 	fw    *frameWriter
 	stdin *os.File // the write end of its stdin pipe, or its terminal
 	tty   *os.File // its terminal's master, or nil
+	// ttyMu orders a resize against the terminal's close (an ioctl on a
+	// descriptor being closed, or reused); ttyClosed once closed.
+	ttyMu     sync.Mutex
+	ttyClosed bool
 	// output ends when the terminal's output reached EOF (TTY only).
 	output chan struct{}
 	once   sync.Once
@@ -254,14 +258,22 @@ func (p *process) relayInput(fr *frameReader) {
 			stdin <- append([]byte(nil), b...)
 		case frameResize:
 			if p.tty != nil && len(b) == 4 {
-				_ = pty.Setsize(p.tty, &pty.Winsize{
-					Cols: binary.BigEndian.Uint16(b), Rows: binary.BigEndian.Uint16(b[2:])})
+				p.resize(binary.BigEndian.Uint16(b), binary.BigEndian.Uint16(b[2:]))
 			}
 		case frameSignal:
 			if len(b) == 1 {
 				_ = p.cmd.Process.Signal(syscall.Signal(b[0]))
 			}
 		}
+	}
+}
+
+// resize sets the terminal's size, unless it is closed already.
+func (p *process) resize(cols, rows uint16) {
+	p.ttyMu.Lock()
+	defer p.ttyMu.Unlock()
+	if !p.ttyClosed {
+		_ = pty.Setsize(p.tty, &pty.Winsize{Cols: cols, Rows: rows})
 	}
 }
 
@@ -274,7 +286,10 @@ func (p *process) wait() ExitStatus {
 	err := p.cmd.Wait()
 	<-p.output
 	if p.tty != nil {
+		p.ttyMu.Lock()
 		_ = p.tty.Close()
+		p.ttyClosed = true
+		p.ttyMu.Unlock()
 	} else {
 		p.closeStdin()
 	}
