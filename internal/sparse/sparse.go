@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 )
 
 // Block is the unit Copy leaves out when it is all zeros: a filesystem
@@ -18,6 +19,12 @@ const Block = 4096
 // bufSize is how much Copy reads at once.
 const bufSize = 1 << 20
 
+// bufs keeps Copy's buffers: a migration receives a checkpoint's dozens
+// of small image files one after the other, inside the frozen window, and
+// a fresh megabyte for each (allocated, then collected) made that 4-6
+// times slower (an idle move's image transfer 5 -> 20-30 ms).
+var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
+
 var zeros [Block]byte
 
 // Copy writes what r yields into f, a new (empty) file, from offset 0:
@@ -25,7 +32,9 @@ var zeros [Block]byte
 // in the stream) are skipped and stay holes, and the file's size is set to
 // the end. It returns the bytes read from r.
 func Copy(f *os.File, r io.Reader) (int64, error) {
-	buf := make([]byte, bufSize)
+	b := bufs.Get().(*[bufSize]byte)
+	defer bufs.Put(b)
+	buf := b[:]
 	var off int64
 	for {
 		n, err := io.ReadFull(r, buf)
