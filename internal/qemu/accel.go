@@ -36,13 +36,37 @@ type Host struct {
 	OpenKVM func() error
 	// Modules are the names of the loaded kernel modules (/sys/module).
 	Modules []string
+	// SysVendor is the machine's DMI system vendor
+	// (/sys/class/dmi/id/sys_vendor; "QEMU" in a QEMU guest).
+	SysVendor string
+	// Clocksources are the kernel's available clocksources; a KVM
+	// guest has "kvm-clock", a QEMU guest under TCG has not (kvmclock is
+	// KVM's paravirtual interface, which TCG does not offer).
+	Clocksources []string
 }
 
-// HostProbe reads the host's CPU flags, /dev/kvm and loaded modules.
+// tcgGuest reports whether the host is itself a QEMU guest emulated by
+// TCG: QEMU's DMI vendor and the CPU's hypervisor bit, without KVM's
+// clock. Such a guest's vmx or svm is TCG's emulation (qemu64 has svm), so
+// kvm_amd loads and /dev/kvm opens, but a VM there would be an emulator
+// inside an emulator; scripts/vmlab refuses such a machine the same way
+// (systemd-detect-virt --vm says "qemu", not "kvm").
+func (h Host) tcgGuest() bool {
+	return h.SysVendor == "QEMU" && hasAny(h.CPUFlags, "hypervisor") && !hasAny(h.Clocksources, "kvm-clock")
+}
+
+// HostProbe reads the host's CPU flags, /dev/kvm, loaded modules, DMI
+// vendor and clocksources.
 func HostProbe() Host {
 	h := Host{OpenKVM: openKVM}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		h.CPUFlags = cpuFlags(b)
+	}
+	if b, err := os.ReadFile("/sys/class/dmi/id/sys_vendor"); err == nil {
+		h.SysVendor = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/available_clocksource"); err == nil {
+		h.Clocksources = strings.Fields(string(b))
 	}
 	if ents, err := os.ReadDir("/sys/module"); err == nil {
 		for _, e := range ents {
@@ -74,12 +98,16 @@ func cpuFlags(cpuinfo []byte) []string {
 }
 
 // Detect decides the accelerator: KVM only where the CPU has hardware
-// virtualization (vmx or svm), /dev/kvm opens read-write, and the KVM
-// module is not kvm_pvm (PVM's /dev/kvm runs only PVM-enabled guest
-// kernels, not a stock one). Anything else is TCG, with the reason.
+// virtualization (vmx or svm), the host is not itself a TCG guest (whose
+// svm is emulated), /dev/kvm opens read-write, and the KVM module is not
+// kvm_pvm (PVM's /dev/kvm runs only PVM-enabled guest kernels, not a
+// stock one). Anything else is TCG, with the reason.
 func Detect(h Host) AccelInfo {
 	if !hasAny(h.CPUFlags, "vmx", "svm") {
 		return AccelInfo{Accel: AccelTCG, Reason: "the CPU has no hardware virtualization (no vmx or svm flag)"}
+	}
+	if h.tcgGuest() {
+		return AccelInfo{Accel: AccelTCG, Reason: "this machine is itself a QEMU guest under TCG: its vmx/svm is emulated (a VM here would be an emulator inside an emulator)"}
 	}
 	if hasAny(h.Modules, "kvm_pvm") {
 		return AccelInfo{Accel: AccelTCG, Reason: "/dev/kvm is kvm_pvm, which cannot run a stock guest kernel"}

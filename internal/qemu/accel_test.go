@@ -19,6 +19,9 @@ func TestDetect(t *testing.T) {
 		{"svm, kvm usable", Host{CPUFlags: []string{"svm"}, OpenKVM: ok, Modules: []string{"kvm", "kvm_amd"}}, AccelKVM, ""},
 		{"no vmx/svm", Host{CPUFlags: []string{"fpu", "hypervisor"}, OpenKVM: ok, Modules: []string{"kvm"}}, AccelTCG, "no vmx or svm"},
 		{"kvm_pvm", Host{CPUFlags: []string{"vmx"}, OpenKVM: ok, Modules: []string{"kvm", "kvm_pvm"}}, AccelTCG, "kvm_pvm"},
+		{"TCG guest, emulated svm", Host{CPUFlags: []string{"svm", "hypervisor"}, OpenKVM: ok, Modules: []string{"kvm", "kvm_amd"}, SysVendor: "QEMU", Clocksources: []string{"tsc", "hpet", "acpi_pm"}}, AccelTCG, "TCG"},
+		{"KVM guest, nested svm", Host{CPUFlags: []string{"svm", "hypervisor"}, OpenKVM: ok, Modules: []string{"kvm", "kvm_amd"}, SysVendor: "QEMU", Clocksources: []string{"kvm-clock", "tsc"}}, AccelKVM, ""},
+		{"bare metal, QEMU-less vendor", Host{CPUFlags: []string{"vmx"}, OpenKVM: ok, Modules: []string{"kvm", "kvm_intel"}, SysVendor: "Dell Inc.", Clocksources: []string{"tsc", "hpet"}}, AccelKVM, ""},
 		{"no /dev/kvm", Host{CPUFlags: []string{"vmx"}, OpenKVM: func() error { return os.ErrNotExist }}, AccelTCG, "no /dev/kvm"},
 		{"/dev/kvm denied", Host{CPUFlags: []string{"vmx"}, OpenKVM: func() error { return errors.New("permission denied") }}, AccelTCG, "permission denied"},
 	} {

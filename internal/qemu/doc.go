@@ -1,6 +1,7 @@
 // Package qemu runs QEMU virtual machines for vessel: it decides the
 // accelerator the host offers (Detect: KVM where the CPU has vmx or svm,
-// /dev/kvm opens and the module is not kvm_pvm; TCG otherwise), builds
+// /dev/kvm opens, the module is not kvm_pvm and the host is not itself a
+// TCG guest; TCG otherwise), builds
 // QEMU's command line (Config.Args: direct kernel boot, a raw virtio-blk
 // disk, virtio-net on a tap, the serial console and the agent channel on
 // unix sockets, the QMP socket), starts QEMU detached from the daemon
