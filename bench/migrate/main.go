@@ -98,6 +98,7 @@ func main() {
 	secFlag := flag.String("security", "unprivileged", "container kinds, in turn: unprivileged, privileged (both: a same-run column)")
 	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
 	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
+	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
@@ -123,7 +124,7 @@ func main() {
 		}}
 	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
 	if *kind == "vm" {
-		benchutil.Emit(r, runVM(r, c, fl, *n, *vmMiB, strings.Split(*modesFlag, ","), beat, echo), *out)
+		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo), *out)
 		return
 	}
 	secs := strings.Split(*secFlag, ",")

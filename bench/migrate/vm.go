@@ -36,11 +36,15 @@ type VMResult struct {
 	Benchmark string            `json:"benchmark"`
 	Machine   benchutil.Machine `json:"machine"`
 	// Accel is the VMs' accelerator ("tcg" on a host without vmx/svm).
-	Accel   string   `json:"accel"`
-	VMMiB   int      `json:"vm_mib"`
-	Cases   []VMCase `json:"cases"`
-	Floor   Floor    `json:"floor"`
-	Caveats []string `json:"caveats"`
+	Accel string `json:"accel"`
+	VMMiB int    `json:"vm_mib"`
+	// DirtyMiB is the memory the guest's heartbeat rewrites, at
+	// DirtyRateMiB per second (0: an idle VM).
+	DirtyMiB     int      `json:"dirty_mib"`
+	DirtyRateMiB int      `json:"dirty_rate_mib,omitzero"`
+	Cases        []VMCase `json:"cases"`
+	Floor        Floor    `json:"floor"`
+	Caveats      []string `json:"caveats"`
 }
 
 // vmIdleWindow is the floor's window without a move (about a move's
@@ -58,11 +62,21 @@ func vmAccel(c *testhost.Cluster) string {
 	return "unknown"
 }
 
-// runVM moves one idle VM (vmMiB of RAM, busybox, the beat heartbeat
-// and the UDP echo server pushed in through the agent) back and forth n
-// times per mode.
-func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n, vmMiB int, modes []string, beat, echo string) VMResult {
+// vmLoad is the moved VM's memory and what its heartbeat rewrites.
+type vmLoad struct {
+	MiB, DirtyMiB, Rate int
+}
+
+// runVM moves one VM (MiB of RAM, busybox, the beat heartbeat holding
+// DirtyMiB rewritten at Rate MiB/s, or idle, and the UDP echo server
+// pushed in through the agent) back and forth n times per mode.
+func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLoad, modes []string, beat, echo string) VMResult {
+	vmMiB := load.MiB
+	if load.DirtyMiB == 0 {
+		load.Rate = 0
+	}
 	res := VMResult{Benchmark: "migrate-vm", Machine: benchutil.ThisMachine(), Accel: vmAccel(c), VMMiB: vmMiB,
+		DirtyMiB: load.DirtyMiB, DirtyRateMiB: load.Rate,
 		Caveats: []string{
 			"the guest's clocks stop while QEMU has the VM stopped, so the in-guest heartbeat (heartbeat_gap_ms) misses the stop itself; client_gap_ms (UDP echo from a third network namespace, the host's clock) is the service's real downtime",
 		}}
@@ -73,8 +87,8 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n, vmMiB int, mo
 	for _, p := range []string{beat, echo} {
 		c.OK("file", "push", "--mode", "0755", p, name+"/bin/")
 	}
-	// An idle VM: the heartbeat holds no memory of its own.
-	c.OK("exec", ref, "--", "sh", "-c", "rm -f /tmp/beat.ready; setsid beat 0 0 </dev/null >/dev/null 2>&1 &")
+	// The heartbeat holds (and rewrites) DirtyMiB, none in an idle VM.
+	c.OK("exec", ref, "--", "sh", "-c", fmt.Sprintf("rm -f /tmp/beat.ready; setsid beat %d %d </dev/null >/dev/null 2>&1 &", load.DirtyMiB, load.Rate))
 	c.OK("exec", ref, "--", "sh", "-c", "while [ ! -e /tmp/beat.ready ]; do usleep 50000; done")
 	c.OK("exec", ref, "--", "sh", "-c", "rm -f /tmp/udpecho.ready; setsid udpecho serve "+echoPort+" /tmp/udpecho.ready </dev/null >/dev/null 2>&1 &")
 	c.OK("exec", ref, "--", "sh", "-c", "while [ ! -e /tmp/udpecho.ready ]; do usleep 50000; done")
@@ -98,8 +112,8 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n, vmMiB int, mo
 			t0 := time.Now()
 			sj.move(r, c, mode, beat, echo, 0, 0)
 			t := sj.cs.Timings[len(sj.cs.Timings)-1]
-			fmt.Fprintf(os.Stderr, "vm %d MiB %s move %d: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
-				vmMiB, mode, i, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
+			fmt.Fprintf(os.Stderr, "vm %d MiB (%d rewritten) %s move %d: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
+				vmMiB, load.DirtyMiB, mode, i, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
 				lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), idleBeat[i], idleClient[i], t.Total*1000, time.Since(t0).Seconds())
 			fl.sample()
 		}
