@@ -182,7 +182,8 @@ func TestCopyWithSnapshotsDir(t *testing.T) {
 // TestCopyWithSnapshotsToPeer: a copy to another host (of a running
 // container, frozen while read) gets its snapshots there, a stateful one
 // with its memory, restored in the copy's own id block and address; the
-// source keeps its own. --instance-only leaves them.
+// source keeps its own. --instance-only leaves them. A copy the target
+// fails leaves nothing there.
 func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	c := newCluster(t)
 	c.OK("launch", "busybox", "alpha:c1")
@@ -202,6 +203,28 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	}
 	eventually(t, "the counter to move well past the snapshot", func() bool { return count("alpha:c1") > atSnap+100 })
 	beforeCopy := count("alpha:c1")
+
+	// The target fails after the snapshots arrived, as the disk comes:
+	// nothing of the copy stays there, and the source runs on.
+	beta := c.Host("beta")
+	beta.RestartWith("--fault", "migrate.target.recv-disk=fail")
+	r := c.Vessel("copy", "alpha:c1", "beta:c2")
+	beta.RestartWith()
+	if r.Code == 0 || !strings.Contains(r.Stderr, "migrate.target.recv-disk") {
+		t.Fatalf("copy despite the target's fault: %s", r)
+	}
+	if _, ok := listOn(t, c, "beta")["c2"]; ok {
+		t.Fatal("beta lists the failed copy")
+	}
+	for _, p := range []string{"containers/c2", "snapshots/c2", "checkpoints/c2"} {
+		if _, err := os.Lstat(filepath.Join(beta.PoolPath(), p)); err == nil {
+			t.Errorf("beta keeps %s of the failed copy", p)
+		}
+	}
+	noLeftovers(t, c, "c2")
+	if got := c.OK("exec", "alpha:c1", "--", "cat", "/root/v"); got != "three\n" {
+		t.Fatalf("the source after the failed copy: %q", got)
+	}
 
 	c.OK("copy", "alpha:c1", "beta:c2")
 	c.OK("copy", "alpha:c1", "beta:c3", "--instance-only")
