@@ -259,3 +259,36 @@ func TestSnapshotForCopy(t *testing.T) {
 		t.Errorf("VM disk snapshot: %+v", got)
 	}
 }
+
+// TestCopyInterruptedByCrash: a daemon killed while a copy copied the
+// snapshots (its record still "creating", some snapshots recorded, one
+// cloned but not yet recorded) leaves nothing of the copy after the next
+// start; the source keeps its snapshots.
+func TestCopyInterruptedByCrash(t *testing.T) {
+	td := newTestDaemon(t)
+	td.putInstance(t, "c1", state.StateStopped)
+	td.putSnapshot(t, "c1", "s1", "c1 at s1")
+	td.putStatefulSnapshot(t, "c1", "s2", "c1 at s2", "memory")
+	td.putInstance(t, "c2", state.StateCreating)
+	td.putSnapshot(t, "c2", "s1", "c1 at s1")
+	td.writeVolume(t, snapshotVolume("c2", "s2"), "c1 at s2")
+	td.writeVolume(t, checkpointVolume("c2", "s2"), "memory")
+
+	td.startDaemon(t)
+
+	if _, ok := td.storedInstance(t, "c2"); ok {
+		t.Error("the interrupted copy's record stays")
+	}
+	if got := td.snapshotNames(t, "c2"); len(got) != 0 {
+		t.Errorf("the interrupted copy's snapshot records stay: %v", got)
+	}
+	if got := td.volumesOf(t, "c2"); len(got) != 0 {
+		t.Errorf("the interrupted copy's volumes stay: %v", got)
+	}
+	if got := td.snapshotNames(t, "c1"); !slices.Equal(got, []string{"s1", "s2"}) {
+		t.Errorf("source's snapshots %v", got)
+	}
+	if got := td.volumesOf(t, "c1"); len(got) != 4 {
+		t.Errorf("source's volumes %v", got)
+	}
+}
