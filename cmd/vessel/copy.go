@@ -11,7 +11,7 @@ import (
 
 func newCopyCmd(g *globals) *cobra.Command {
 	f := &createFlags{}
-	var start bool
+	var start, instanceOnly bool
 	cmd := &cobra.Command{
 		Use:   "copy [REMOTE:]SOURCE[/SNAP] [REMOTE:]NEWNAME",
 		Short: "Create an instance from a snapshot or an instance, here or on another host",
@@ -20,9 +20,13 @@ a snapshot or from a stopped instance. When the target names another host
 (REMOTE:[NEWNAME]), the disk is sent there (a running container is frozen,
 a running VM's vCPUs stopped, while it is read, for a consistent copy).
 The copy gets an address of its own (and a VM a MAC derived from it) and
-its own name as hostname.`,
+its own name as hostname. A copy of an instance gets its snapshots too
+(a container's stateful ones with their state; a VM's as disk snapshots:
+their saved memory holds the source's MAC and address); --instance-only
+leaves them. A copy of a snapshot has none.`,
 		Example: `  vessel copy web1/before-upgrade web1-old
-  vessel copy web1 web2          # web1 must be stopped
+  vessel copy web1 web2          # web1 must be stopped; its snapshots too
+  vessel copy web1 web2 --instance-only
   vessel copy alpha:web1 beta:web1-clone`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -32,7 +36,7 @@ its own name as hostname.`,
 				if strings.Contains(args[0], "/") {
 					return fmt.Errorf("a snapshot cannot be copied to another host directly: copy it to a container here first")
 				}
-				op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Copy: true})
+				op, err := startMigration(cmd.Context(), args[0], args[1], api.InstanceMigratePost{Copy: true, InstanceOnly: instanceOnly})
 				if err := wait(cmd.Context(), g, op, err); err != nil {
 					return err
 				}
@@ -51,7 +55,7 @@ its own name as hostname.`,
 			}
 			req := api.InstancesPost{
 				Name:   args[1],
-				Source: api.InstanceSource{Type: "copy", Source: r.name},
+				Source: api.InstanceSource{Type: "copy", Source: r.name, InstanceOnly: instanceOnly},
 				Config: cfg,
 				Start:  start,
 			}
@@ -67,7 +71,8 @@ its own name as hostname.`,
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().BoolVar(&start, "start", false, "start the new container")
+	cmd.Flags().BoolVar(&start, "start", false, "start the new instance")
+	cmd.Flags().BoolVar(&instanceOnly, "instance-only", false, "copy the instance without its snapshots")
 	return cmd
 }
 

@@ -92,6 +92,10 @@ type InstanceSource struct {
 	// Source, for "copy", is "NAME/SNAP" (a snapshot) or "NAME" (a
 	// stopped container).
 	Source string `json:"source,omitempty"`
+	// InstanceOnly, for a "copy" of an instance, leaves its snapshots
+	// behind; by default the copy gets them too. A copy of a snapshot
+	// never has snapshots.
+	InstanceOnly bool `json:"instance_only,omitempty"`
 }
 
 // InstancesPost is POST /1.0/instances.
@@ -147,6 +151,7 @@ type InstanceMigratePost struct {
 	// a new address.
 	Copy bool `json:"copy"`
 	// InstanceOnly leaves the snapshots behind (a move then deletes them
-	// with the source instance); by default they move too.
+	// with the source instance); by default they move (or are copied)
+	// too.
 	InstanceOnly bool `json:"instance_only"`
 }

@@ -27,6 +27,7 @@ import (
 //	migrate.vm.target.incoming     a VM's migration stream (RAM) arrives at the target
 //	instance.start.launched        a start or restore has made the processes, not yet recorded them
 //	instance.create.volume         a create has made the volume, not yet recorded it complete
+//	instance.copy.snapshot         a local copy has cloned a snapshot's volumes, not yet recorded it ("fail" too)
 //	snapshot.restore.deleted       a snapshot restore has deleted the old disk, not yet cloned the new
 //	snapshot.vm.saved              a VM's stateful snapshot has saved its state and disk, the VM is still stopped ("fail" too)
 //
@@ -48,6 +49,7 @@ const (
 	faultTargetReserved  = "migrate.target.reserved"
 	faultStartLaunched   = "instance.start.launched"
 	faultCreateVolume    = "instance.create.volume"
+	faultCopySnapshot    = "instance.copy.snapshot"
 	faultRollbackDeleted = "snapshot.restore.deleted"
 )
 

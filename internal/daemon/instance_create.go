@@ -32,6 +32,9 @@ func (d *Daemon) CreateInstance(ctx context.Context, req api.InstancesPost) (*op
 	if req.Source.Image == "" {
 		return nil, errorf(ErrInvalid, "no image given")
 	}
+	if req.Source.InstanceOnly {
+		return nil, errorf(ErrInvalid, "instance_only applies to a copy of an instance, not to a create from an image")
+	}
 	if err := validateConfig(req.Config); err != nil {
 		return nil, err
 	}
@@ -86,13 +89,15 @@ func (d *Daemon) create(ctx context.Context, op *operations.Operation, req api.I
 		OS:         img.OS,
 		State:      state.StateCreating,
 	}
-	return d.createFrom(ctx, op, rec, src, req.Start)
+	return d.createFrom(ctx, op, rec, src, req.Start, nil)
 }
 
 // createFrom registers rec (state "creating"), clones src into its
-// container volume, gives it its identity, commits "stopped" and starts it
-// if asked. A failure undoes all of it.
-func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec state.Instance, src storage.Volume, start bool) error {
+// container volume, gives it its identity, runs fill (a copy's snapshots;
+// it adds its own undo steps to r), commits "stopped" and starts it if
+// asked. A failure undoes all of it.
+func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec state.Instance, src storage.Volume, start bool,
+	fill func(ctx context.Context, inst *instance, r *revert.Reverter) error) error {
 	inst, release, err := d.register(rec, api.StatusStarting, false, nil)
 	if err != nil {
 		return err
@@ -117,6 +122,11 @@ func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec s
 	// kernel command line (vessel.hostname=).
 	if !rec.IsVM() {
 		if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+			return err
+		}
+	}
+	if fill != nil {
+		if err := fill(ctx, inst, r); err != nil {
 			return err
 		}
 	}

@@ -184,7 +184,7 @@ func (d *Daemon) migrateOut(ctx context.Context, op *operations.Operation, name 
 		}()
 	}
 	var snaps []state.Snapshot
-	if !req.InstanceOnly && !req.Copy {
+	if !req.InstanceOnly {
 		if snaps, err = d.state.ListSnapshots(name); err != nil {
 			return err
 		}

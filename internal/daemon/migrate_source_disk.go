@@ -18,12 +18,15 @@ import (
 
 // sendSnapshots sends the instance's snapshots, oldest first, each disk as
 // the difference from the one before where the driver can (and a stateful
-// one's checkpoint); the newest becomes the base of the container's first
+// one's checkpoint, unless a copy cannot use it: snapshotForCopy); the newest becomes the base of the container's first
 // pre-copy pass, so the container's disk then moves as a difference too.
 func (m *migrationSource) sendSnapshots(ctx context.Context, snaps []state.Snapshot) error {
 	var prev *storage.Volume
 	for i, s := range snaps {
 		m.op.SetMetadata(map[string]any{"phase": "snapshots", "snapshot": s.Name, "iteration": i})
+		if m.req.Copy {
+			s = snapshotForCopy(s, isVM(m.inst)) // instance_copy.go
+		}
 		rec := migration.SnapshotRecord{Name: s.Name, Created: s.Created, Stateful: s.Stateful, DiskBytes: s.DiskBytes,
 			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS)}
 		if err := m.sess.Send(migration.Message{Type: migration.MsgSnapshot, Record: &rec}); err != nil {

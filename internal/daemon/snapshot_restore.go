@@ -115,10 +115,19 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 // ahead of it through the page cache (FADV_WILLNEED in 10 MiB windows),
 // but on this 2-core host that was 15-20 % slower than CRIU alone in every
 // bench/snapshot run (the two compete for the CPU that checksums and
-// copies the pages), so it is gone.
+// copies the pages), so it is gone. The images' user namespace is first
+// made the instance's (runtime.MapUserns).
 func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFunc {
 	return func(bundle, logPath string) (runtime.Process, error) {
 		images := d.storage.Path(checkpointVolume(name, snap))
+		idmap := d.snapshotIDMap(name)
+		if idmap != nil {
+			// A copy's snapshot, or one that moved cold, was taken under
+			// another id block than the instance runs with now.
+			if err := runtime.MapUserns(images, *idmap); err != nil {
+				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
+			}
+		}
 		work := d.cfg.restoreWorkDir(name)
 		if err := os.RemoveAll(work); err != nil {
 			return runtime.Process{}, err
@@ -131,7 +140,7 @@ func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFun
 			ImagePath:    images,
 			WorkPath:     work,
 			DirectRead:   true,
-			IDMap:        d.snapshotIDMap(name),
+			IDMap:        idmap,
 		})
 	}
 }

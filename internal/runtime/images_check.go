@@ -35,19 +35,36 @@ var ErrImages = errors.New("checkpoint images refused")
 // every task's ids name the same user namespace, the only one in the
 // images, and its maps are m's, nothing more.
 func CheckUserns(dir string, m IDMap) error {
+	_, ue, err := usernsImage(dir)
+	if err != nil {
+		return err
+	}
+	one := func(ext []*userns.UidGidExtent, host uint32) bool {
+		return len(ext) == 1 && ext[0].GetFirst() == 0 && ext[0].GetLowerFirst() == host && ext[0].GetCount() == m.Size
+	}
+	if !one(ue.GetUidMap(), m.HostUID) || !one(ue.GetGidMap(), m.HostGID) {
+		return fmt.Errorf("%w: the user namespace's maps are not this container's (%d:%d+%d)", ErrImages, m.HostUID, m.HostGID, m.Size)
+	}
+	return nil
+}
+
+// usernsImage checks that the checkpoint in dir puts every task into one
+// user namespace, not the host's (the inventory's root task's), and the
+// only one in the images; it returns that namespace's image and entry.
+func usernsImage(dir string) (string, *userns.UsernsEntry, error) {
 	// The inventory's root ids are the dumping CRIU's own namespaces: the
 	// host's. No task may be in that user namespace.
 	var inv inventory.InventoryEntry
 	if err := readImage(filepath.Join(dir, "inventory.img"), &inv, nil); err != nil {
-		return err
+		return "", nil, err
 	}
 	host := inv.GetRootIds().GetUserNsId()
 	ids, err := filepath.Glob(filepath.Join(dir, "ids-*.img"))
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if len(ids) == 0 {
-		return fmt.Errorf("%w: no task ids", ErrImages)
+		return "", nil, fmt.Errorf("%w: no task ids", ErrImages)
 	}
 	var ns uint32
 	for _, f := range ids {
@@ -63,27 +80,21 @@ func CheckUserns(dir string, m IDMap) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "userns-*.img"))
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if want := filepath.Join(dir, fmt.Sprintf("userns-%d.img", ns)); len(files) != 1 || files[0] != want {
-		return fmt.Errorf("%w: expected one user namespace image, userns-%d.img, found %d", ErrImages, ns, len(files))
+		return "", nil, fmt.Errorf("%w: expected one user namespace image, userns-%d.img, found %d", ErrImages, ns, len(files))
 	}
-	var ue userns.UsernsEntry
-	if err := readImage(files[0], &ue, nil); err != nil {
-		return err
+	ue := &userns.UsernsEntry{}
+	if err := readImage(files[0], ue, nil); err != nil {
+		return "", nil, err
 	}
-	one := func(ext []*userns.UidGidExtent, host uint32) bool {
-		return len(ext) == 1 && ext[0].GetFirst() == 0 && ext[0].GetLowerFirst() == host && ext[0].GetCount() == m.Size
-	}
-	if !one(ue.GetUidMap(), m.HostUID) || !one(ue.GetGidMap(), m.HostGID) {
-		return fmt.Errorf("%w: the user namespace's maps are not this container's (%d:%d+%d)", ErrImages, m.HostUID, m.HostGID, m.Size)
-	}
-	return nil
+	return files[0], ue, nil
 }
 
 // readImage decodes a CRIU image of protobuf entries into into (the first

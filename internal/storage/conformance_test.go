@@ -40,6 +40,7 @@ func runConformance(t *testing.T, newDriver func(t *testing.T) Driver) {
 		{"CloneVolume", testCloneVolume},
 		{"CloneErrors", testCloneErrors},
 		{"Snapshots", testSnapshots},
+		{"CopySnapshots", testCopySnapshots},
 		{"CheckpointVolumes", testCheckpointVolumes},
 		{"SetReadOnly", testSetReadOnly},
 		{"DeleteVolume", testDeleteVolume},
@@ -216,6 +217,65 @@ func testSnapshots(t *testing.T, d Driver) {
 	if !d.VolumeExists(ct1) {
 		t.Error("deleting snapshots deleted their container")
 	}
+}
+
+// testCopySnapshots: what a local copy of an instance does with its
+// snapshots (daemon's copySnapshots): a snapshot cloned read-only from a
+// snapshot, a checkpoint cloned from a checkpoint. Sparse files stay
+// sparse, and the clones outlive their sources.
+func testCopySnapshots(t *testing.T, d Driver) {
+	p := mustCreate(t, d, ct1)
+	writeFile(t, filepath.Join(p, "data"), []byte("v1"))
+	f, err := os.Create(filepath.Join(p, "sparse"))
+	if err == nil {
+		err = f.Truncate(512 << 20)
+	}
+	if err == nil {
+		_, err = f.WriteAt([]byte("end"), 512<<20)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CloneVolume(t.Context(), snap, ct1, true); err != nil {
+		t.Fatal(err)
+	}
+	ck := Volume{Type: VolumeCheckpoint, Name: "c1/s1"}
+	writeFile(t, filepath.Join(mustCreate(t, d, ck), "pages-1.img"), []byte("pages"))
+
+	snap2 := Volume{Type: VolumeSnapshot, Name: "c2/s1"}
+	ck2 := Volume{Type: VolumeCheckpoint, Name: "c2/s1"}
+	if err := d.CloneVolume(t.Context(), snap2, snap, true); err != nil {
+		t.Fatalf("clone a snapshot of a snapshot: %v", err)
+	}
+	if err := d.CloneVolume(t.Context(), ck2, ck, false); err != nil {
+		t.Fatalf("clone a checkpoint: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(d.Path(snap2), "sparse"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 512<<20+3 || st.Blocks*512 > 1<<20 {
+		t.Errorf("the copy's sparse file: %d bytes, %d allocated", st.Size, st.Blocks*512)
+	}
+	for _, v := range []Volume{ck, snap, ct1} {
+		if err := d.DeleteVolume(t.Context(), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(d.Path(snap2), "data")); err != nil || string(b) != "v1" {
+		t.Errorf("the copy's snapshot after its source went: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.Path(ck2), "pages-1.img")); err != nil || string(b) != "pages" {
+		t.Errorf("the copy's checkpoint after its source went: %q, %v", b, err)
+	}
+	// The copy's snapshot restores (a writable clone).
+	if err := d.CloneVolume(t.Context(), ct2, snap2, false); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(d.Path(ct2), "data"), []byte("v2"))
 }
 
 // testCheckpointVolumes: a checkpoint volume is a writable CONTAINER/SNAP

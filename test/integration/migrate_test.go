@@ -333,7 +333,8 @@ func fillDisk(t *testing.T, dir string) {
 }
 
 // TestMoveWithSnapshots moves a container with a disk snapshot and a
-// stateful one; both arrive, and the stateful one restores on the target.
+// stateful one; both arrive, and the stateful one restores on the target,
+// also after a cold move (which gives the container a new id block).
 func TestMoveWithSnapshots(t *testing.T) {
 	c := newCluster(t)
 	c.OK("launch", "busybox", "alpha:s1", "-c", "limits.memory=256MiB", "-c", "limits.processes=200")
@@ -368,9 +369,17 @@ func TestMoveWithSnapshots(t *testing.T) {
 	if got := c.OK("exec", "beta:s1", "--", "cat", "/root/v"); got != "one\n" {
 		t.Fatalf("after disk restore on the target: %q", got)
 	}
-	// And back, leaving the snapshots behind on purpose.
-	c.OK("move", "beta:s1", "alpha:", "--instance-only")
-	if list := c.OK("snapshot", "list", "alpha:s1", "--format", "csv"); strings.Contains(list, "first") {
+	// Back cold: the container gets an id block of its own on alpha, and
+	// the stateful snapshot restores into it (runtime.MapUserns).
+	c.OK("move", "beta:s1", "alpha:")
+	c.OK("snapshot", "restore", "alpha:s1", "second", "--stateful", "--force")
+	if got := c.OK("exec", "alpha:s1", "--", "cat", "/root/v"); got != "two\n" {
+		t.Fatalf("after stateful restore of a snapshot that moved cold: %q", got)
+	}
+	c.OK("exec", "alpha:s1", "--", "sh", "-c", "echo four > /root/v")
+	// And over again, leaving the snapshots behind on purpose.
+	c.OK("move", "alpha:s1", "beta:", "--instance-only")
+	if list := c.OK("snapshot", "list", "beta:s1", "--format", "csv"); strings.Contains(list, "first") {
 		t.Fatalf("--instance-only moved snapshots:\n%s", list)
 	}
 }
