@@ -370,6 +370,14 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	vol := containerVolume(m.name)
 	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
+	if !m.hello.KeepAddress && !m.inst.record().IsVM() {
+		// A copy (a move keeps its address): its own name and machine
+		// identity, as a local copy's (a VM's name is on its kernel
+		// command line).
+		if err := writeIdentity(d.storage.Path(vol), m.name); err != nil {
+			return err
+		}
+	}
 	if early != nil && early.lpErr != nil {
 		return early.lpErr
 	}

@@ -226,10 +226,30 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 		t.Fatalf("the source after the failed copy: %q", got)
 	}
 
+	// A copy is a machine of its own: its name in /etc/hostname and
+	// /etc/hosts, the source's machine ID emptied (systemd makes one at
+	// its first boot).
+	const machineID = "0123456789abcdef0123456789abcdef\n"
+	c.OK("exec", "alpha:c1", "--", "sh", "-c", "printf "+strings.TrimSpace(machineID)+"'\\n' > /etc/machine-id")
 	c.OK("copy", "alpha:c1", "beta:c2")
 	c.OK("copy", "alpha:c1", "beta:c3", "--instance-only")
 	if got := c.OK("exec", "alpha:c1", "--", "cat", "/root/v"); got != "three\n" {
 		t.Fatalf("the source after the copies: %q", got)
+	}
+	if got := c.OK("exec", "alpha:c1", "--", "cat", "/etc/machine-id"); got != machineID {
+		t.Fatalf("the source's machine ID after the copies: %q", got)
+	}
+	for _, name := range []string{"c2", "c3"} {
+		rootfs := beta.ContainerPath(name)
+		if b, err := os.ReadFile(filepath.Join(rootfs, "etc/hostname")); err != nil || string(b) != name+"\n" {
+			t.Errorf("%s's /etc/hostname: %q, %v", name, b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(rootfs, "etc/hosts")); err != nil || !strings.Contains(string(b), "\t"+name+"\n") {
+			t.Errorf("%s's /etc/hosts: %q, %v", name, b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(rootfs, "etc/machine-id")); err != nil || len(b) != 0 {
+			t.Errorf("%s's /etc/machine-id: %q, %v (want it empty)", name, b, err)
+		}
 	}
 	for ref, want := range map[string][]string{"alpha:c1": {"first", "second"}, "beta:c2": {"first", "second"}, "beta:c3": nil} {
 		list := c.OK("snapshot", "list", ref, "--format", "csv")
