@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -284,4 +286,73 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	}
 	noLeftovers(t, c, "c1")
 	noLeftovers(t, c, "c2")
+}
+
+// TestCopyToPeerDaemonCrash: a copy to another host whose daemons are
+// killed between its steps settles when they come back with the source
+// untouched (running on, its snapshots kept: a copy, unlike a move, never
+// gives the source up) and the copy either whole on the target or gone
+// from it.
+func TestCopyToPeerDaemonCrash(t *testing.T) {
+	c := newCluster(t)
+	alpha, beta := c.Host("alpha"), c.Host("beta")
+	c.OK("launch", "busybox", "alpha:k1")
+	c.OK("exec", "alpha:k1", "--", "sh", "-c", "echo one > /root/v")
+	c.OK("snapshot", "create", "alpha:k1", "s1")
+	w := startWorkload(t, c, "alpha:k1")
+	pid := instanceOn(t, c, "alpha:k1").PID
+	sourceIntact := func(when string) {
+		t.Helper()
+		settled(t, c, "alpha:k1", api.StatusRunning)
+		if p := instanceOn(t, c, "alpha:k1").PID; p != pid {
+			t.Fatalf("%s: k1's init pid %d, was %d", when, p, pid)
+		}
+		w.check("alpha:k1")
+		if list := c.OK("snapshot", "list", "alpha:k1", "--format", "csv"); !strings.Contains(list, "s1") {
+			t.Fatalf("%s: k1 lost its snapshot:\n%s", when, list)
+		}
+	}
+
+	// The target dies as the disk arrives (the snapshot is in), then
+	// with everything in, before it makes the copy: back up, it drops
+	// what it received.
+	for _, point := range []string{"migrate.target.recv-disk", "migrate.target.before-restore"} {
+		beta.RestartWith("--fault", point+"=crash")
+		if r := c.Vessel("copy", "alpha:k1", "beta:k2"); r.Code == 0 {
+			t.Fatalf("copy succeeded although the target crashed at %s", point)
+		}
+		beta.RestartWith()
+		sourceIntact("target crash at " + point)
+		eventuallyWithin(t, time.Minute, "beta to drop the half-received copy", func() bool {
+			_, ok := listOn(t, c, "beta")["k2"]
+			return !ok
+		})
+		for _, p := range []string{"containers/k2", "snapshots/k2", "checkpoints/k2"} {
+			if _, err := os.Lstat(filepath.Join(beta.PoolPath(), p)); err == nil {
+				t.Errorf("target crash at %s: beta keeps %s", point, p)
+			}
+		}
+		noLeftovers(t, c, "k1")
+		noLeftovers(t, c, "k2")
+	}
+
+	// The source dies right after telling the target to make the copy:
+	// the target needs nothing more from it and the copy is whole there;
+	// the source, back up, keeps its container.
+	alpha.RestartWith("--fault", "migrate.source.started=crash")
+	if r := c.Vessel("copy", "alpha:k1", "beta:k2"); r.Code == 0 {
+		t.Fatal("copy succeeded although the source crashed")
+	}
+	alpha.RestartWith()
+	sourceIntact("source crash after start")
+	settled(t, c, "beta:k2", api.StatusStopped)
+	if list := c.OK("snapshot", "list", "beta:k2", "--format", "csv"); !strings.Contains(list, "s1") {
+		t.Fatalf("the copy lacks the snapshot:\n%s", list)
+	}
+	c.OK("start", "beta:k2")
+	if got := c.OK("exec", "beta:k2", "--", "cat", "/root/v"); got != "one\n" {
+		t.Fatalf("the copy's file: %q", got)
+	}
+	noLeftovers(t, c, "k1")
+	noLeftovers(t, c, "k2")
 }
