@@ -193,6 +193,8 @@ func (r *fakeRestorer) Abort() {}
 
 func (r *fakeRestorer) CheckImages() error { return nil }
 
+func (r *fakeRestorer) PrepareRoot() error { return nil }
+
 func (f *fakeRuntime) createLocked(id string, injected error) (runtime.Process, error) {
 	if injected != nil {
 		return runtime.Process{}, injected

@@ -110,6 +110,8 @@ type migrationTarget struct {
 	// started as the move was accepted, until early takes it over.
 	early *earlyStart
 	pre   *preLazy
+	// rootReady: prepareRoot mounted the volume for the restore.
+	rootReady bool
 	// committed: the volume is made from the last pass (commitDisk, or
 	// commitErr); started: start has taken it over.
 	committed, started bool
@@ -369,15 +371,18 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	vol := containerVolume(m.name)
 	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
+	r.Add(m.releaseRoot) // first: the mounts hold the volume
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	if early != nil && early.lpErr != nil {
 		return early.lpErr
 	}
-	if early != nil && early.checkErr != nil {
-		if m.lazy != nil {
-			m.lazy.Kill()
+	for _, err := range []error{early.checkErrOrNil(), early.rootErrOrNil()} {
+		if err != nil {
+			if m.lazy != nil {
+				m.lazy.Kill()
+			}
+			return err
 		}
-		return early.checkErr
 	}
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {

@@ -49,6 +49,11 @@ type Restorer interface {
 	// images complete before the frozen window calls it then, and Run
 	// skips it.
 	CheckImages() error
+	// PrepareRoot binds the root filesystem (final from here on) for
+	// CRIU and reads what the request takes from the complete images:
+	// Run's steps before the request, which a caller with both ready
+	// before the frozen window runs then; Run skips them.
+	PrepareRoot() error
 	Run(ctx context.Context) (Process, error)
 	Abort()
 }
@@ -63,8 +68,12 @@ type PreparedRestore struct {
 	// cgroupMgr is set when the restore made the container's cgroups.
 	cgroupMgr occgroups.Manager
 	shimPid   int
-	// imagesChecked: CheckImages has run.
+	// imagesChecked: CheckImages has run; rootReady: PrepareRoot has,
+	// and holds the images and work directories open for the request.
 	imagesChecked bool
+	rootReady     bool
+	imagesDir     *os.File
+	workDir       *os.File
 	reports       <-chan reportResult
 	sk            *os.File // our end of CRIU's RPC socket
 	initPipe      *os.File // init's pid goes to the shim on it
@@ -321,32 +330,10 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 		return Process{}, err
 	}
 	lap("images checked")
-	images, err := os.Open(p.o.ImagePath)
-	if err != nil {
+	defer p.releaseRoot()
+	if err := p.PrepareRoot(); err != nil {
 		return Process{}, err
 	}
-	defer images.Close()
-	work, err := os.Open(p.o.WorkPath)
-	if err != nil {
-		return Process{}, err
-	}
-	defer work.Close()
-	if err := p.inheritPipes(); err != nil {
-		return Process{}, err
-	}
-	// CRIU wants its root to be a mount point whose parent is not
-	// overmounted: the root filesystem bound at the shim's state directory.
-	p.criuRoot = filepath.Join(p.r.dir(p.id), "criu-root")
-	if err := os.Mkdir(p.criuRoot, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return Process{}, err
-	}
-	if err := unix.Mount(p.config.Rootfs, p.criuRoot, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return Process{}, fmt.Errorf("bind the root filesystem of %s for CRIU: %w", p.id, err)
-	}
-	defer p.unmountRoot()
-	p.opts.Root = proto.String(p.criuRoot)
-	p.opts.ImagesDirFd = proto.Int32(int32(images.Fd()))
-	p.opts.WorkDirFd = proto.Int32(int32(work.Fd()))
 
 	if p.o.Hang {
 		// Fault injection (tests): a CRIU that never answers.
@@ -395,6 +382,58 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	lap("shim reported")
 	p.r.moveShim(p.id, p.shimPid)
 	return Process{ShimPid: p.shimPid, InitPid: pid}, nil
+}
+
+// PrepareRoot implements Restorer.
+func (p *PreparedRestore) PrepareRoot() (err error) {
+	if p.rootReady {
+		return nil
+	}
+	if p.done && p.reports == nil {
+		return fmt.Errorf("restore %s: already ended", p.id)
+	}
+	defer func() {
+		if err != nil {
+			p.releaseRoot()
+		}
+	}()
+	if p.imagesDir, err = os.Open(p.o.ImagePath); err != nil {
+		return err
+	}
+	if p.workDir, err = os.Open(p.o.WorkPath); err != nil {
+		return err
+	}
+	if err := p.inheritPipes(); err != nil {
+		return err
+	}
+	// CRIU wants its root to be a mount point whose parent is not
+	// overmounted: the root filesystem bound at the shim's state directory.
+	root := filepath.Join(p.r.dir(p.id), "criu-root")
+	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := unix.Mount(p.config.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind the root filesystem of %s for CRIU: %w", p.id, err)
+	}
+	p.criuRoot = root
+	p.opts.Root = proto.String(p.criuRoot)
+	p.opts.ImagesDirFd = proto.Int32(int32(p.imagesDir.Fd()))
+	p.opts.WorkDirFd = proto.Int32(int32(p.workDir.Fd()))
+	p.rootReady = true
+	return nil
+}
+
+// releaseRoot undoes PrepareRoot (after the request, or a restore that
+// never ran): CRIU's root unbound, the directories closed.
+func (p *PreparedRestore) releaseRoot() {
+	p.unmountRoot()
+	for _, f := range []**os.File{&p.imagesDir, &p.workDir} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+	p.rootReady = false
 }
 
 // inheritPipes maps the pipes the dump found on init's stdio (runc's
@@ -491,6 +530,7 @@ func (p *PreparedRestore) unmountRoot() {
 // without a request, or kills what it restored on a failed one), the shim
 // then reports and exits; a stuck one is killed with its process group.
 func (p *PreparedRestore) fail(ctx context.Context) {
+	p.releaseRoot()
 	for _, f := range []**os.File{&p.sk, &p.initPipe} {
 		if *f != nil {
 			(*f).Close()
