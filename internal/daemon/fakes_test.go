@@ -292,6 +292,13 @@ func (f *fakeRuntime) PrepareIDMap(dst string, m runtime.IDMap) error { return n
 func (f *fakeRuntime) ReleaseIDMap(m runtime.IDMap)                   {}
 func (f *fakeRuntime) UnmountIDMapped(dst string) error               { return nil }
 
+func (f *fakeRuntime) ReleaseRestoreRoot(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("ReleaseRestoreRoot %s", id)
+	return nil
+}
+
 func (f *fakeRuntime) MountIDMapped(src, dst string, m runtime.IDMap) error {
 	f.record("idmap %s %d", dst, m.HostUID)
 	return nil

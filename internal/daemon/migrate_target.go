@@ -376,13 +376,17 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	if early != nil && early.lpErr != nil {
 		return early.lpErr
 	}
-	for _, err := range []error{early.checkErrOrNil(), early.rootErrOrNil()} {
-		if err != nil {
-			if m.lazy != nil {
-				m.lazy.Kill()
-			}
-			return err
+	if err := early.checkErrOrNil(); err != nil {
+		if m.lazy != nil {
+			m.lazy.Kill()
 		}
+		return err
+	}
+	if err := early.rootErrOrNil(); err != nil {
+		// Not fatal: what failed is undone (prepareRoot), and the
+		// restore makes its root ready itself, in the frozen window as
+		// before the early work; a cause that stays fails it there.
+		d.log.Warn("migration target: the restore's root was not made ready early; the restore tries again", "name", m.name, "err", err)
 	}
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {

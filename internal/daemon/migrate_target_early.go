@@ -62,10 +62,17 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 // prepareRoot makes the restore's root ready on the final volume: an
 // unprivileged container's idmapped mount of it (launchPrepared's first
 // step) and CRIU's bind of that (Restorer.PrepareRoot). Both hold the
-// volume: releaseRoot undoes them before it can be deleted.
+// volume: releaseRoot undoes them before it can be deleted (a daemon
+// that dies first leaves them to its successor: reconcile and
+// settleIncoming unmount them before the volume goes). A failure leaves
+// each step undone or done, never half: launchPrepared and Run do what is
+// not done (start goes on, in the frozen window as before).
 func (m *migrationTarget) prepareRoot() error {
 	if m.rst == nil {
 		return nil
+	}
+	if m.d.fault(faultEarlyRoot) == "fail" {
+		return injected(faultEarlyRoot)
 	}
 	m.rootReady = true
 	if u := m.prep.userns; u != nil {

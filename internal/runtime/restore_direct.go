@@ -82,6 +82,9 @@ type PreparedRestore struct {
 	opts          *rpc.CriuOpts
 	criuRoot      string
 	done          bool
+	// inheritBase: the request's inherited fds before PrepareRoot
+	// adds the pipes of init's stdio.
+	inheritBase int
 }
 
 // restoreNetnsKey is the key under which a dump declares the container's
@@ -197,6 +200,7 @@ func (r *Runtime) prepareRestore(ctx context.Context, id, bundle string, o Resto
 	if p.opts, err = restoreRequest(p.config, cgs, o); err != nil {
 		return nil, err
 	}
+	p.inheritBase = len(p.opts.InheritFd)
 	if o.DirectRead && !o.LazyPages && r.DirectReadPages() {
 		if err := setDirectRead(p.opts, o.WorkPath); err != nil {
 			return nil, err
@@ -384,7 +388,8 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	return Process{ShimPid: p.shimPid, InitPid: pid}, nil
 }
 
-// PrepareRoot implements Restorer.
+// PrepareRoot implements Restorer. A failed one leaves nothing behind
+// (Run may call it again).
 func (p *PreparedRestore) PrepareRoot() (err error) {
 	if p.rootReady {
 		return nil
@@ -403,20 +408,28 @@ func (p *PreparedRestore) PrepareRoot() (err error) {
 	if p.workDir, err = os.Open(p.o.WorkPath); err != nil {
 		return err
 	}
-	if err := p.inheritPipes(); err != nil {
+	pipes, err := p.inheritPipes()
+	if err != nil {
 		return err
 	}
 	// CRIU wants its root to be a mount point whose parent is not
-	// overmounted: the root filesystem bound at the shim's state directory.
-	root := filepath.Join(p.r.dir(p.id), "criu-root")
+	// overmounted: the root filesystem bound at the shim's state
+	// directory. A mount found there is a leftover (a daemon that died
+	// with a restore's root bound, whose volume may be gone since: a
+	// bind onto it fails with ENOENT): it is replaced.
+	root := p.r.criuRootDir(p.id)
 	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
+	if err := unmountAll(root); err != nil {
+		return fmt.Errorf("a leftover mount on CRIU's root of %s: %w", p.id, err)
+	}
+	p.criuRoot = root // from here releaseRoot removes it
 	if err := unix.Mount(p.config.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind the root filesystem of %s for CRIU: %w", p.id, err)
 	}
-	p.criuRoot = root
-	p.opts.Root = proto.String(p.criuRoot)
+	p.opts.InheritFd = append(p.opts.InheritFd[:p.inheritBase], pipes...)
+	p.opts.Root = proto.String(root)
 	p.opts.ImagesDirFd = proto.Int32(int32(p.imagesDir.Fd()))
 	p.opts.WorkDirFd = proto.Int32(int32(p.workDir.Fd()))
 	p.rootReady = true
@@ -424,7 +437,8 @@ func (p *PreparedRestore) PrepareRoot() (err error) {
 }
 
 // releaseRoot undoes PrepareRoot (after the request, or a restore that
-// never ran): CRIU's root unbound, the directories closed.
+// never ran, or its own failure): CRIU's root unbound, the directories
+// closed, the request without them.
 func (p *PreparedRestore) releaseRoot() {
 	p.unmountRoot()
 	for _, f := range []**os.File{&p.imagesDir, &p.workDir} {
@@ -433,26 +447,31 @@ func (p *PreparedRestore) releaseRoot() {
 			*f = nil
 		}
 	}
+	if p.opts != nil {
+		p.opts.InheritFd = p.opts.InheritFd[:p.inheritBase]
+		p.opts.Root, p.opts.ImagesDirFd, p.opts.WorkDirFd = nil, nil, nil
+	}
 	p.rootReady = false
 }
 
 // inheritPipes maps the pipes the dump found on init's stdio (runc's
 // descriptors.json, among the images) to CRIU's, as runc does.
-func (p *PreparedRestore) inheritPipes() error {
+func (p *PreparedRestore) inheritPipes() ([]*rpc.InheritFd, error) {
 	b, err := os.ReadFile(filepath.Join(p.o.ImagePath, "descriptors.json"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var fds []string
 	if err := json.Unmarshal(b, &fds); err != nil {
-		return fmt.Errorf("descriptors.json: %w", err)
+		return nil, fmt.Errorf("descriptors.json: %w", err)
 	}
+	var pipes []*rpc.InheritFd
 	for i, s := range fds {
 		if strings.Contains(s, "pipe:") && i < 3 {
-			p.opts.InheritFd = append(p.opts.InheritFd, &rpc.InheritFd{Key: proto.String(s), Fd: proto.Int32(int32(i))})
+			pipes = append(pipes, &rpc.InheritFd{Key: proto.String(s), Fd: proto.Int32(int32(i))})
 		}
 	}
-	return nil
+	return pipes, nil
 }
 
 // call sends the restore request and returns the restored init's pid.
@@ -519,11 +538,34 @@ func (p *PreparedRestore) unmountRoot() {
 	if p.criuRoot == "" {
 		return
 	}
-	if err := unix.Unmount(p.criuRoot, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := unmountAll(p.criuRoot); err != nil {
 		p.r.cfg.Log.Warn("unmount CRIU's root", "id", p.id, "err", err)
 	}
 	os.Remove(p.criuRoot)
 	p.criuRoot = ""
+}
+
+// criuRootDir is where a direct restore binds the root filesystem of id
+// for CRIU (PrepareRoot), in the shim's state directory.
+func (r *Runtime) criuRootDir(id string) string { return filepath.Join(r.dir(id), "criu-root") }
+
+// ReleaseRestoreRoot unmounts what a direct restore of id left bound for
+// CRIU and removes the mount point: the leftover of a daemon that died
+// between PrepareRoot and the end of the restore (the bind holds the
+// container's volume, and RemoveAll of the state directory would reach
+// into it). Nothing there is not an error.
+func (r *Runtime) ReleaseRestoreRoot(id string) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	root := r.criuRootDir(id)
+	if err := unmountAll(root); err != nil {
+		return err
+	}
+	if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // fail ends a restore that did not come to run: CRIU hung up on (it exits
