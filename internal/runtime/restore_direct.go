@@ -559,8 +559,18 @@ func (r *Runtime) ReleaseRestoreRoot(id string) error {
 		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
 	}
 	root := r.criuRootDir(id)
-	if err := unmountAll(root); err != nil {
-		return err
+	for n := 0; ; n++ {
+		err := unix.Unmount(root, unix.MNT_DETACH)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount a restore's root %s: %w", root, err)
+		}
+		if n > 0 {
+			r.cfg.Log.Warn("unmounted the root filesystem a dead daemon's restore left bound for CRIU", "id", id, "path", root)
+		}
+		break
 	}
 	if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
