@@ -193,6 +193,8 @@ func (r *fakeRestorer) Abort() {}
 
 func (r *fakeRestorer) CheckImages() error { return nil }
 
+func (r *fakeRestorer) PrepareRoot() error { return nil }
+
 func (f *fakeRuntime) createLocked(id string, injected error) (runtime.Process, error) {
 	if injected != nil {
 		return runtime.Process{}, injected
@@ -289,6 +291,13 @@ func (f *fakeRuntime) NewCheckpoint(ctx context.Context, id string, o runtime.Ch
 func (f *fakeRuntime) PrepareIDMap(dst string, m runtime.IDMap) error { return nil }
 func (f *fakeRuntime) ReleaseIDMap(m runtime.IDMap)                   {}
 func (f *fakeRuntime) UnmountIDMapped(dst string) error               { return nil }
+
+func (f *fakeRuntime) ReleaseRestoreRoot(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("ReleaseRestoreRoot %s", id)
+	return nil
+}
 
 func (f *fakeRuntime) MountIDMapped(src, dst string, m runtime.IDMap) error {
 	f.record("idmap %s %d", dst, m.HostUID)

@@ -17,6 +17,7 @@ import (
 //	migrate.target.recv-disk       the target receives a disk transfer
 //	migrate.target.before-restore  the target is told to start the container
 //	migrate.target.restore         the target restores the container
+//	migrate.target.early-root      a live move's target readies the restore's root before "start" ("fail": the restore readies it itself)
 //	migrate.target.recv-pages      the first memory page file of a copy-mode dump arrives
 //	migrate.target.recv-memory-pass the second pre-copy memory pass arrives (the source runs the third)
 //	migrate.source.precopy-verdict --memory=auto's trial of pre-copy ("fail": dropped for post-copy)
@@ -41,6 +42,7 @@ const (
 	faultRecvDisk        = "migrate.target.recv-disk"
 	faultBeforeRestore   = "migrate.target.before-restore"
 	faultRestore         = "migrate.target.restore"
+	faultEarlyRoot       = "migrate.target.early-root"
 	faultRecvPages       = "migrate.target.recv-pages"
 	faultRecvMemoryPass  = "migrate.target.recv-memory-pass"
 	faultPrecopyVerdict  = "migrate.source.precopy-verdict"

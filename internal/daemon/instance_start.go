@@ -53,11 +53,12 @@ type prepared struct {
 	bundle  string
 	logPath string
 	netLock bool
-	// linkUp: hostLinkUp brought the network-locked link up.
-	linkUp bool
-	userns *usernsRun        // an unprivileged container's (nil: privileged)
-	config map[string]string // the instance's configuration (limits)
-	r      *revert.Reverter
+	// linkUp: hostLinkUp brought the network-locked link up;
+	// rootMounted: a migration target mounted the rootfs early.
+	linkUp, rootMounted bool
+	userns              *usernsRun        // an unprivileged container's (nil: privileged)
+	config              map[string]string // the instance's configuration (limits)
+	r                   *revert.Reverter
 }
 
 func (p *prepared) abort() { p.r.Fail() }
@@ -142,7 +143,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 	}()
 	bg := context.WithoutCancel(ctx)
 	name := p.inst.name
-	if p.userns != nil {
+	if p.userns != nil && !p.rootMounted {
 		if err := d.mountRootfs(name, p.userns); err != nil {
 			return err
 		}

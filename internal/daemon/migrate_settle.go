@@ -98,6 +98,11 @@ func (d *Daemon) settleIncoming(ctx context.Context, inst *instance, j state.Mig
 		d.log.Warn("incoming migration was interrupted after the container started here: keeping it", "name", name, "source", j.Peer)
 		return d.state.DeleteMigration(name)
 	}
+	// What the restore held of the volume goes before it (reconcile
+	// did it already; a mount left on a deleted volume would make the
+	// next move's bind fail with ENOENT).
+	d.undo("unmount a restore's root", name, d.rt.ReleaseRestoreRoot(name))
+	d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 	d.dropTransfers(ctx, name)
 	if err := d.deleteLocked(ctx, inst); err != nil {
 		d.log.Error("delete a half-received instance", "name", name, "err", err)

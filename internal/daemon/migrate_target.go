@@ -110,6 +110,8 @@ type migrationTarget struct {
 	// started as the move was accepted, until early takes it over.
 	early *earlyStart
 	pre   *preLazy
+	// rootReady: prepareRoot mounted the volume for the restore.
+	rootReady bool
 	// committed: the volume is made from the last pass (commitDisk, or
 	// commitErr); started: start has taken it over.
 	committed, started bool
@@ -369,6 +371,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	vol := containerVolume(m.name)
 	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
+	r.Add(m.releaseRoot) // first: the mounts hold the volume
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
 	if !m.hello.KeepAddress && !m.inst.record().IsVM() {
 		// A copy (a move keeps its address): its own name and machine
@@ -381,11 +384,17 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	if early != nil && early.lpErr != nil {
 		return early.lpErr
 	}
-	if early != nil && early.checkErr != nil {
+	if err := early.checkErrOrNil(); err != nil {
 		if m.lazy != nil {
 			m.lazy.Kill()
 		}
-		return early.checkErr
+		return err
+	}
+	if err := early.rootErrOrNil(); err != nil {
+		// Not fatal: what failed is undone (prepareRoot), and the
+		// restore makes its root ready itself, in the frozen window as
+		// before the early work; a cause that stays fails it there.
+		d.log.Warn("migration target: the restore's root was not made ready early; the restore tries again", "name", m.name, "err", err)
 	}
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {

@@ -13,8 +13,9 @@ import (
 // earlyStart is what a live move's target does as soon as the images are
 // in, while the source writes its journal and says "start": the volume is
 // made from the last disk pass (a btrfs snapshot, 1-4 ms), a lazy
-// restore's lazy-pages daemon is started (~7 ms), and the images are
-// checked and shared with the container's root (0.4-2 ms). Both used to run after
+// restore's lazy-pages daemon is started (~7 ms), the images are
+// checked and shared with the container's root (0.4-2 ms), and the
+// restore's root is made ready on the volume (prepareRoot, 1-3 ms). Both used to run after
 // "start", inside the frozen window, one after the other. Neither is
 // visible to anyone: a move that fails before "start" deletes the volume
 // and kills the daemon (endEarly).
@@ -23,6 +24,7 @@ type earlyStart struct {
 	lp       *runtime.LazyPages
 	lpErr    error
 	checkErr error // the images' check (Restorer.CheckImages)
+	rootErr  error // prepareRoot's
 	// used: start took the results over (and their cleanup with them).
 	used bool
 }
@@ -50,8 +52,65 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 		if !committed {
 			_ = m.commitDisk(ctx) // start reads its error
 		}
+		if m.committed {
+			e.rootErr = m.prepareRoot()
+		}
 		wg.Wait()
 	}()
+}
+
+// prepareRoot makes the restore's root ready on the final volume: an
+// unprivileged container's idmapped mount of it (launchPrepared's first
+// step) and CRIU's bind of that (Restorer.PrepareRoot). Both hold the
+// volume: releaseRoot undoes them before it can be deleted (a daemon
+// that dies first leaves them to its successor: reconcile and
+// settleIncoming unmount them before the volume goes). A failure leaves
+// each step undone or done, never half: launchPrepared and Run do what is
+// not done (start goes on, in the frozen window as before).
+func (m *migrationTarget) prepareRoot() error {
+	if m.rst == nil {
+		return nil
+	}
+	if m.d.fault(faultEarlyRoot) == "fail" {
+		return injected(faultEarlyRoot)
+	}
+	m.rootReady = true
+	if u := m.prep.userns; u != nil {
+		if err := m.d.mountRootfs(m.name, u); err != nil {
+			return err
+		}
+		m.prep.rootMounted = true
+	}
+	return m.rst.PrepareRoot()
+}
+
+// releaseRoot undoes prepareRoot for a restore that will not run (or
+// failed before its launch, which undoes its own): CRIU is hung up on and
+// the mounts of the volume go.
+func (m *migrationTarget) releaseRoot() {
+	if !m.rootReady {
+		return
+	}
+	m.rootReady = false
+	m.rst.Abort()
+	if m.prep.userns != nil {
+		m.prep.rootMounted = false
+		m.d.undo("unmount the rootfs", m.name, m.d.rt.UnmountIDMapped(m.d.cfg.rootfsMount(m.name)))
+	}
+}
+
+func (e *earlyStart) checkErrOrNil() error {
+	if e == nil {
+		return nil
+	}
+	return e.checkErr
+}
+
+func (e *earlyStart) rootErrOrNil() error {
+	if e == nil {
+		return nil
+	}
+	return e.rootErr
 }
 
 // takeEarly waits for the early work and hands its results to start (nil
@@ -74,6 +133,7 @@ func (m *migrationTarget) endEarly() {
 		if e.lp != nil {
 			e.lp.Kill()
 		}
+		m.releaseRoot() // before the volume goes
 	}
 	m.dropPreLazy()
 }

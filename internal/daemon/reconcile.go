@@ -184,7 +184,10 @@ func (d *Daemon) reconcileInstance(ctx context.Context, inst *instance, frozenBy
 	}
 	if status == runtime.StatusUnknown && !rec.Running() {
 		// Stopped, and the runtime knows nothing of it: only a start
-		// interrupted before its launch leaves something (the netns).
+		// interrupted before its launch leaves something (the netns,
+		// and the mounts of its volume: a restore's root bound for
+		// CRIU, an idmapped rootfs).
+		d.undo("unmount a restore's root", name, d.rt.ReleaseRestoreRoot(name))
 		d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 		d.undo("detach network", name, d.net.Detach(ctx, name))
 		return

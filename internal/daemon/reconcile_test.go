@@ -260,6 +260,10 @@ func TestReconcileStoppedUnknown(t *testing.T) {
 	if attached, _ := td.fnet.isAttached("c1"); attached {
 		t.Error("network still attached")
 	}
+	// ... and a restore's root left bound for CRIU (no exec: an unmount).
+	if n := td.frt.count("ReleaseRestoreRoot c1"); n != 1 {
+		t.Errorf("restore's root released %d times, want 1", n)
+	}
 	for _, call := range []string{"Delete c1", "Kill c1", "Watch c1", "Start c1"} {
 		if n := td.frt.count(call); n != 0 {
 			t.Errorf("%s called %d times", call, n)

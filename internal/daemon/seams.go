@@ -40,6 +40,9 @@ type instanceRuntime interface {
 	Kill(ctx context.Context, id string) error
 	// Delete removes the runtime's state of the instance, whatever it is.
 	Delete(ctx context.Context, id string) error
+	// ReleaseRestoreRoot unmounts the root filesystem a restore of a
+	// dead daemon left bound for CRIU (nothing there is not an error).
+	ReleaseRestoreRoot(id string) error
 	Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error)
 	// NewCheckpoint prepares a checkpoint session (see checkpoint.go).
 	NewCheckpoint(ctx context.Context, id string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error)

@@ -98,6 +98,10 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %s: wait for shim: %w", id, ctx.Err())
 		}
 	}
+	// Not into a restore's root a dead daemon left bound there.
+	if err := r.ReleaseRestoreRoot(id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}

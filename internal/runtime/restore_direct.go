@@ -49,6 +49,11 @@ type Restorer interface {
 	// images complete before the frozen window calls it then, and Run
 	// skips it.
 	CheckImages() error
+	// PrepareRoot binds the root filesystem (final from here on) for
+	// CRIU and reads what the request takes from the complete images:
+	// Run's steps before the request, which a caller with both ready
+	// before the frozen window runs then; Run skips them.
+	PrepareRoot() error
 	Run(ctx context.Context) (Process, error)
 	Abort()
 }
@@ -63,8 +68,12 @@ type PreparedRestore struct {
 	// cgroupMgr is set when the restore made the container's cgroups.
 	cgroupMgr occgroups.Manager
 	shimPid   int
-	// imagesChecked: CheckImages has run.
+	// imagesChecked: CheckImages has run; rootReady: PrepareRoot has,
+	// and holds the images and work directories open for the request.
 	imagesChecked bool
+	rootReady     bool
+	imagesDir     *os.File
+	workDir       *os.File
 	reports       <-chan reportResult
 	sk            *os.File // our end of CRIU's RPC socket
 	initPipe      *os.File // init's pid goes to the shim on it
@@ -73,6 +82,9 @@ type PreparedRestore struct {
 	opts          *rpc.CriuOpts
 	criuRoot      string
 	done          bool
+	// inheritBase: the request's inherited fds before PrepareRoot
+	// adds the pipes of init's stdio.
+	inheritBase int
 }
 
 // restoreNetnsKey is the key under which a dump declares the container's
@@ -188,6 +200,7 @@ func (r *Runtime) prepareRestore(ctx context.Context, id, bundle string, o Resto
 	if p.opts, err = restoreRequest(p.config, cgs, o); err != nil {
 		return nil, err
 	}
+	p.inheritBase = len(p.opts.InheritFd)
 	if o.DirectRead && !o.LazyPages && r.DirectReadPages() {
 		if err := setDirectRead(p.opts, o.WorkPath); err != nil {
 			return nil, err
@@ -321,32 +334,10 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 		return Process{}, err
 	}
 	lap("images checked")
-	images, err := os.Open(p.o.ImagePath)
-	if err != nil {
+	defer p.releaseRoot()
+	if err := p.PrepareRoot(); err != nil {
 		return Process{}, err
 	}
-	defer images.Close()
-	work, err := os.Open(p.o.WorkPath)
-	if err != nil {
-		return Process{}, err
-	}
-	defer work.Close()
-	if err := p.inheritPipes(); err != nil {
-		return Process{}, err
-	}
-	// CRIU wants its root to be a mount point whose parent is not
-	// overmounted: the root filesystem bound at the shim's state directory.
-	p.criuRoot = filepath.Join(p.r.dir(p.id), "criu-root")
-	if err := os.Mkdir(p.criuRoot, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return Process{}, err
-	}
-	if err := unix.Mount(p.config.Rootfs, p.criuRoot, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return Process{}, fmt.Errorf("bind the root filesystem of %s for CRIU: %w", p.id, err)
-	}
-	defer p.unmountRoot()
-	p.opts.Root = proto.String(p.criuRoot)
-	p.opts.ImagesDirFd = proto.Int32(int32(images.Fd()))
-	p.opts.WorkDirFd = proto.Int32(int32(work.Fd()))
 
 	if p.o.Hang {
 		// Fault injection (tests): a CRIU that never answers.
@@ -397,23 +388,90 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	return Process{ShimPid: p.shimPid, InitPid: pid}, nil
 }
 
-// inheritPipes maps the pipes the dump found on init's stdio (runc's
-// descriptors.json, among the images) to CRIU's, as runc does.
-func (p *PreparedRestore) inheritPipes() error {
-	b, err := os.ReadFile(filepath.Join(p.o.ImagePath, "descriptors.json"))
+// PrepareRoot implements Restorer. A failed one leaves nothing behind
+// (Run may call it again).
+func (p *PreparedRestore) PrepareRoot() (err error) {
+	if p.rootReady {
+		return nil
+	}
+	if p.done && p.reports == nil {
+		return fmt.Errorf("restore %s: already ended", p.id)
+	}
+	defer func() {
+		if err != nil {
+			p.releaseRoot()
+		}
+	}()
+	if p.imagesDir, err = os.Open(p.o.ImagePath); err != nil {
+		return err
+	}
+	if p.workDir, err = os.Open(p.o.WorkPath); err != nil {
+		return err
+	}
+	pipes, err := p.inheritPipes()
 	if err != nil {
 		return err
 	}
-	var fds []string
-	if err := json.Unmarshal(b, &fds); err != nil {
-		return fmt.Errorf("descriptors.json: %w", err)
+	// CRIU wants its root to be a mount point whose parent is not
+	// overmounted: the root filesystem bound at the shim's state
+	// directory. A mount found there is a leftover (a daemon that died
+	// with a restore's root bound, whose volume may be gone since: a
+	// bind onto it fails with ENOENT): it is replaced.
+	root := p.r.criuRootDir(p.id)
+	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
 	}
-	for i, s := range fds {
-		if strings.Contains(s, "pipe:") && i < 3 {
-			p.opts.InheritFd = append(p.opts.InheritFd, &rpc.InheritFd{Key: proto.String(s), Fd: proto.Int32(int32(i))})
+	if err := unmountAll(root); err != nil {
+		return fmt.Errorf("a leftover mount on CRIU's root of %s: %w", p.id, err)
+	}
+	p.criuRoot = root // from here releaseRoot removes it
+	if err := unix.Mount(p.config.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind the root filesystem of %s for CRIU: %w", p.id, err)
+	}
+	p.opts.InheritFd = append(p.opts.InheritFd[:p.inheritBase], pipes...)
+	p.opts.Root = proto.String(root)
+	p.opts.ImagesDirFd = proto.Int32(int32(p.imagesDir.Fd()))
+	p.opts.WorkDirFd = proto.Int32(int32(p.workDir.Fd()))
+	p.rootReady = true
+	return nil
+}
+
+// releaseRoot undoes PrepareRoot (after the request, or a restore that
+// never ran, or its own failure): CRIU's root unbound, the directories
+// closed, the request without them.
+func (p *PreparedRestore) releaseRoot() {
+	p.unmountRoot()
+	for _, f := range []**os.File{&p.imagesDir, &p.workDir} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
 		}
 	}
-	return nil
+	if p.opts != nil {
+		p.opts.InheritFd = p.opts.InheritFd[:p.inheritBase]
+		p.opts.Root, p.opts.ImagesDirFd, p.opts.WorkDirFd = nil, nil, nil
+	}
+	p.rootReady = false
+}
+
+// inheritPipes maps the pipes the dump found on init's stdio (runc's
+// descriptors.json, among the images) to CRIU's, as runc does.
+func (p *PreparedRestore) inheritPipes() ([]*rpc.InheritFd, error) {
+	b, err := os.ReadFile(filepath.Join(p.o.ImagePath, "descriptors.json"))
+	if err != nil {
+		return nil, err
+	}
+	var fds []string
+	if err := json.Unmarshal(b, &fds); err != nil {
+		return nil, fmt.Errorf("descriptors.json: %w", err)
+	}
+	var pipes []*rpc.InheritFd
+	for i, s := range fds {
+		if strings.Contains(s, "pipe:") && i < 3 {
+			pipes = append(pipes, &rpc.InheritFd{Key: proto.String(s), Fd: proto.Int32(int32(i))})
+		}
+	}
+	return pipes, nil
 }
 
 // call sends the restore request and returns the restored init's pid.
@@ -480,17 +538,51 @@ func (p *PreparedRestore) unmountRoot() {
 	if p.criuRoot == "" {
 		return
 	}
-	if err := unix.Unmount(p.criuRoot, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := unmountAll(p.criuRoot); err != nil {
 		p.r.cfg.Log.Warn("unmount CRIU's root", "id", p.id, "err", err)
 	}
 	os.Remove(p.criuRoot)
 	p.criuRoot = ""
 }
 
+// criuRootDir is where a direct restore binds the root filesystem of id
+// for CRIU (PrepareRoot), in the shim's state directory.
+func (r *Runtime) criuRootDir(id string) string { return filepath.Join(r.dir(id), "criu-root") }
+
+// ReleaseRestoreRoot unmounts what a direct restore of id left bound for
+// CRIU and removes the mount point: the leftover of a daemon that died
+// between PrepareRoot and the end of the restore (the bind holds the
+// container's volume, and RemoveAll of the state directory would reach
+// into it). Nothing there is not an error.
+func (r *Runtime) ReleaseRestoreRoot(id string) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: container id %q", ErrInvalid, id)
+	}
+	root := r.criuRootDir(id)
+	for n := 0; ; n++ {
+		err := unix.Unmount(root, unix.MNT_DETACH)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount a restore's root %s: %w", root, err)
+		}
+		if n > 0 {
+			r.cfg.Log.Warn("unmounted the root filesystem a dead daemon's restore left bound for CRIU", "id", id, "path", root)
+		}
+		break
+	}
+	if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // fail ends a restore that did not come to run: CRIU hung up on (it exits
 // without a request, or kills what it restored on a failed one), the shim
 // then reports and exits; a stuck one is killed with its process group.
 func (p *PreparedRestore) fail(ctx context.Context) {
+	p.releaseRoot()
 	for _, f := range []**os.File{&p.sk, &p.initPipe} {
 		if *f != nil {
 			(*f).Close()

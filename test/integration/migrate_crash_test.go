@@ -107,5 +107,9 @@ func noLeftovers(t *testing.T, c *testhost.Cluster, name string) {
 		if _, err := os.Stat(filepath.Join(h.RunDir(), "migrate", name)); err == nil {
 			t.Fatalf("%s keeps the migration directory of %s", h.Name(), name)
 		}
+		// A restore's root bound for CRIU (PrepareRoot) holds the volume.
+		if _, err := os.Stat(filepath.Join(h.RunDir(), "shims", name, "criu-root")); err == nil {
+			t.Fatalf("%s keeps CRIU's root of %s bound", h.Name(), name)
+		}
 	}
 }

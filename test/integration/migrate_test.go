@@ -303,7 +303,9 @@ func TestMigrationFaults(t *testing.T) {
 	}
 	survived("disk full")
 
-	// And after all that, the move works.
+	// And after all that, the move works, also when the target could not
+	// ready the restore's root before "start" (the restore does it).
+	beta.RestartWith("--fault", "migrate.target.early-root=fail")
 	c.OK("move", "alpha:f1", "beta:", "--live")
 	w.check("beta:f1")
 }
