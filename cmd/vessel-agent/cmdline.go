@@ -23,6 +23,9 @@ type bootConfig struct {
 	Net        *netConfig
 	Rescue     string // shell, sleep or poweroff
 	Hostname   string
+	// NewMachineID: empty the root's machine ID before the image's init
+	// runs (vessel.newid=1, a copy's first boot).
+	NewMachineID bool
 	// StopSignal is what the ACPI power button sends PID 1 (0: nothing;
 	// an image with an ACPI daemon, systemd's logind, handles it).
 	StopSignal unix.Signal
@@ -69,6 +72,8 @@ func parseCmdline(line string) (bootConfig, error) {
 				return c, fmt.Errorf("vessel.hostname=%q: not a host name", v)
 			}
 			c.Hostname = v
+		case "vessel.newid":
+			c.NewMachineID = v == "1"
 		case "vessel.stopsignal":
 			sig := unix.SignalNum(strings.ToUpper(v))
 			if sig == 0 {

@@ -26,6 +26,12 @@ func TestParseCmdline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.NewMachineID {
+		t.Fatal("vessel.newid without the key")
+	}
+	if c2, err := parseCmdline("root=/dev/vda vessel.newid=1"); err != nil || !c2.NewMachineID {
+		t.Fatalf("vessel.newid=1: %+v %v", c2, err)
+	}
 	if c2, err := parseCmdline("root=/dev/vda vessel.stopsignal=term"); err != nil || c2.StopSignal != unix.SIGTERM {
 		t.Fatalf("stop signal %v %v", c2.StopSignal, err)
 	}

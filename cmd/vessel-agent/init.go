@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vesselhost/vessel/internal/identity"
 )
 
 // newRoot is where init mounts the root disk before switching to it.
@@ -63,7 +65,23 @@ func bootInit() (bootConfig, error) {
 	if cfg.Hostname != "" {
 		setHostname(cfg)
 	}
+	if cfg.NewMachineID && !cfg.ReadOnly {
+		resetMachineID(newRoot)
+	}
 	return cfg, nil
+}
+
+// resetMachineID empties the root's machine ID on a copy's first boot
+// (identity.ResetMachineID; a failure is logged, the boot goes on).
+func resetMachineID(rootDir string) {
+	root, err := os.OpenRoot(rootDir)
+	if err == nil {
+		err = identity.ResetMachineID(root)
+		root.Close()
+	}
+	if err != nil {
+		logf("machine id: %v", err)
+	}
 }
 
 // mountEarly mounts what init and the daemon use: /dev, /proc, /sys and

@@ -10,7 +10,8 @@
 // The kernel command line drives init: root= (the root disk, e.g.
 // /dev/vda), rootfstype= (default ext4), ro, vessel.init= (default
 // /sbin/init), vessel.net=<ifname-or-mac>,<cidr>,<gw>,<dns> (gw and dns
-// may be empty), vessel.hostname=, vessel.stopsignal= (what the ACPI power
+// may be empty), vessel.hostname=, vessel.newid=1 (empty the root's
+// machine ID: a copy's first boot), vessel.stopsignal= (what the ACPI power
 // button sends PID 1), vessel.rescue=shell|sleep|poweroff (what a failed
 // boot does; default poweroff).
 package main

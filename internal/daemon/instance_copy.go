@@ -78,6 +78,9 @@ func (d *Daemon) copy(ctx context.Context, op *operations.Operation, req api.Ins
 		Name: req.Name, Image: srcRec.Image, Created: time.Now().UTC(), Config: cfg,
 		Init: srcRec.Init, Env: srcRec.Env, Cwd: srcRec.Cwd, StopSignal: srcRec.StopSignal, OS: srcRec.OS,
 		State: state.StateCreating, Type: srcRec.Type,
+		// A VM's disk is the guest's own: its first boot empties the
+		// machine ID (a container's is emptied on the disk: writeIdentity).
+		NewIdentity: srcRec.IsVM(),
 	}
 	var snaps []state.Snapshot
 	if snap == "" && !req.Source.InstanceOnly {

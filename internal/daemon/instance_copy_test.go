@@ -224,6 +224,14 @@ func TestVMCopySnapshotsDiskOnly(t *testing.T) {
 	if err := td.copyLocal(t, "vm1", "vm2", false); err != nil {
 		t.Fatal(err)
 	}
+	// The copy's guest gets a machine ID of its own at its first boot;
+	// the source's record is not marked.
+	if rec, err := td.state.GetInstance("vm2"); err != nil || !rec.NewIdentity {
+		t.Errorf("VM copy's record %+v, %v: want NewIdentity", rec, err)
+	}
+	if rec, _ := td.state.GetInstance("vm1"); rec.NewIdentity {
+		t.Error("the source VM was marked for a new identity")
+	}
 	s1, err := td.state.GetSnapshot("vm2", "s1")
 	if err != nil || s1.Stateful || s1.MemoryBytes != 0 {
 		t.Fatalf("VM copy's snapshot %+v, %v", s1, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/identity"
 	"github.com/vesselhost/vessel/internal/image"
 	"github.com/vesselhost/vessel/internal/operations"
 	"github.com/vesselhost/vessel/internal/revert"
@@ -145,7 +146,7 @@ func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec s
 }
 
 // writeIdentity gives a new root filesystem its hostname and hosts entry,
-// and a machine identity of its own (resetMachineID). Every access goes
+// and a machine identity of its own (identity.ResetMachineID). Every access goes
 // through an os.Root of the rootfs: a symlink the image or the container
 // planted (/etc -> /some/host/dir, or /etc/hosts -> /host/file) either
 // resolves inside the rootfs or fails the write; it is never followed out
@@ -175,39 +176,8 @@ func writeIdentity(rootfs, name string) error {
 			return fmt.Errorf("write identity: /%s: %w", p, err)
 		}
 	}
-	return resetMachineID(root)
-}
-
-// resetMachineID empties a new root filesystem's /etc/machine-id (a copy's,
-// or an image that shipped one), so that systemd makes the instance an ID
-// of its own at its first boot, as on a machine first booted (an empty
-// file, not a missing one: systemd then commits the new ID to it), and
-// removes D-Bus's copy (/var/lib/dbus/machine-id, when it is a file and
-// not the usual link to /etc/machine-id). Two instances with one machine
-// ID clash wherever it names them: DHCP's DUID, journald, systemd's
-// network names. A root with no /etc/machine-id is left without one.
-func resetMachineID(root *os.Root) error {
-	const id = "etc/machine-id"
-	fi, err := root.Lstat(id)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("write identity: /%s: %w", id, err)
-	case fi.Mode().IsRegular() && fi.Size() == 0:
-	default:
-		// A file with an ID, or a link (replaced, not written through).
-		if err := root.Remove(id); err != nil {
-			return fmt.Errorf("write identity: /%s: %w", id, err)
-		}
-		if err := root.WriteFile(id, nil, 0o444); err != nil {
-			return fmt.Errorf("write identity: /%s: %w", id, err)
-		}
-	}
-	const dbus = "var/lib/dbus/machine-id"
-	if fi, err := root.Lstat(dbus); err == nil && fi.Mode().IsRegular() {
-		if err := root.Remove(dbus); err != nil {
-			return fmt.Errorf("write identity: /%s: %w", dbus, err)
-		}
+	if err := identity.ResetMachineID(root); err != nil {
+		return fmt.Errorf("write identity: %w", err)
 	}
 	return nil
 }

@@ -181,6 +181,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	}
 	rec := fromWire(hello.Instance)
 	rec.State = state.StateStopped
+	// A VM's copy (a move keeps its address): its first boot empties the
+	// guest's machine ID (a container's copy has it emptied in start).
+	rec.NewIdentity = rec.IsVM() && !hello.KeepAddress
 	if err := d.admitPeerInstance(&rec, hello.Live); err != nil {
 		return err
 	}

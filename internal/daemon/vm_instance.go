@@ -198,6 +198,7 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	r.Add(func() { inst.clearLive(run) })
 	if err := d.setState(inst, state.StateRunning, func(tx *state.Tx, rec *state.Instance) error {
 		rec.LastStart = time.Now().UTC()
+		rec.NewIdentity = false // this boot empties it (vmQEMUConfig)
 		if also != nil {
 			return also(tx)
 		}
@@ -256,7 +257,7 @@ func (d *Daemon) vmQEMUConfig(rec state.Instance, size vmSizing, ep network.Endp
 		Name: rec.Name, Accel: d.vms.Accel().Accel, CPUs: size.CPUs, MemoryMiB: size.MemoryMiB,
 		Cmdline: vm.Cmdline(vm.Boot{Hostname: rec.Name, Init: rec.Init, StopSignal: rec.StopSignal, Net: &vm.Net{
 			MAC: ep.MAC, Address: ep.Address, Gateway: ep.Gateway,
-		}}),
+		}, NewMachineID: rec.NewIdentity}),
 		Disk:   qemu.Disk{Path: d.vmDisk(rec.Name)},
 		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
 		RunDir: d.cfg.vmRunDir(rec.Name), ConsoleLog: d.cfg.logPath(rec.Name),

@@ -80,6 +80,10 @@ type Instance struct {
 	// namespace, allocated at its first start and kept for its life (it
 	// moves with it). Nil for a privileged container.
 	IDMap *IDMap `json:"idmap,omitempty"`
+	// NewIdentity marks a VM copy whose guest has not booted yet: its
+	// next boot empties the guest's machine ID (vm.Boot.NewMachineID), as
+	// a container's copy has it emptied on its disk. Cleared by the start.
+	NewIdentity bool `json:"new_identity,omitempty"`
 	// LastStart and LastExit describe the latest run.
 	LastStart time.Time `json:"last_start,omitzero"`
 	LastExit  *Exit     `json:"last_exit,omitempty"`

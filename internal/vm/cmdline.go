@@ -42,6 +42,9 @@ type Boot struct {
 	// button is pressed (images without an ACPI daemon, busybox's).
 	StopSignal string
 	Net        *Net
+	// NewMachineID asks the guest's init to empty the root's machine ID
+	// before the image's init runs (vessel.newid=1): a copy's first boot.
+	NewMachineID bool
 }
 
 // Cmdline returns the kernel command line: the serial console, the root
@@ -61,6 +64,9 @@ func Cmdline(b Boot) string {
 	}
 	if b.Net != nil {
 		args = append(args, "vessel.net="+b.Net.String())
+	}
+	if b.NewMachineID {
+		args = append(args, "vessel.newid=1")
 	}
 	return strings.Join(args, " ")
 }

@@ -81,6 +81,12 @@ func TestCmdline(t *testing.T) {
 	if got := Cmdline(Boot{Init: []string{"/bin/sh", "-c", "x"}}); strings.Contains(got, "vessel.init") {
 		t.Errorf("multi-word init passed: %q", got)
 	}
+	if got := Cmdline(Boot{NewMachineID: true}); !strings.HasSuffix(got, " vessel.newid=1") {
+		t.Errorf("new machine id: %q", got)
+	}
+	if strings.Contains(want, "newid") {
+		t.Errorf("a boot not asking for a new machine id: %q", want)
+	}
 }
 
 func TestDiskSize(t *testing.T) {

@@ -120,12 +120,15 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 
 	// A copy of the running VM to beta: a new VM there, stopped, with
 	// the disk; the source runs on.
-	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo four > /root/v; sync")
+	// The guest wrote itself a machine ID: its copies' first boots
+	// empty theirs (systemd would make each its own), the source keeps it.
+	const machineID = "0123456789abcdef0123456789abcdef"
+	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo four > /root/v; echo "+machineID+" > /etc/machine-id; sync")
 	c.OK("copy", "alpha:vm1", "beta:vm2")
 	if inst := instanceOn(t, c, "alpha:vm1"); inst.Status != api.StatusRunning {
 		t.Fatalf("vm1 after the copy: %+v", inst)
 	}
-	guest("alpha:vm1", "cat /root/v", "four\n")
+	guest("alpha:vm1", "cat /root/v /etc/machine-id", "four\n"+machineID+"\n")
 	c.OK("stop", "alpha:vm1", "--force")
 	cp := instanceOn(t, c, "beta:vm2")
 	if cp.Status != api.StatusStopped || cp.Type != "virtual-machine" || cp.IPv4 == addr {
@@ -140,7 +143,7 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 	if vm2mac == mac {
 		t.Errorf("the copy has the source's MAC %s", mac)
 	}
-	guest("beta:vm2", "cat /root/v; hostname", "four\nvm2\n")
+	guest("beta:vm2", "cat /root/v; hostname; test -s /etc/machine-id && echo kept || echo emptied", "four\nvm2\nemptied\n")
 	c.OK("stop", "beta:vm2", "--force")
 	// The copy's snapshot is its own: it restores after the source's goes.
 	c.OK("snapshot", "delete", "alpha:vm1", "d1")
@@ -151,6 +154,11 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 	hasSnapshots("beta:vm3")
 	c.OK("start", "beta:vm3")
 	guest("beta:vm3", "cat /root/v; hostname", "two\nvm3\n")
+	// Only the first boot: an ID the copy's guest makes then is its own.
+	c.OK("exec", "beta:vm3", "--", "sh", "-c", "echo vm3id > /etc/machine-id; sync")
+	c.OK("stop", "beta:vm3", "--force")
+	c.OK("start", "beta:vm3")
+	guest("beta:vm3", "cat /etc/machine-id", "vm3id\n")
 	if got := strings.TrimSpace(c.OK("exec", "beta:vm3", "--", "cat", "/sys/class/net/eth0/address")); got == vm2mac || got == mac {
 		t.Errorf("the local copy's MAC %s is its source's", got)
 	}
