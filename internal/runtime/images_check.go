@@ -97,6 +97,23 @@ func usernsImage(dir string) (string, *userns.UsernsEntry, error) {
 	return files[0], ue, nil
 }
 
+// readImageMagic reads a CRIU image's magic: one word, or two where the
+// first says the image is a common or service one.
+func readImageMagic(r io.Reader) ([]byte, error) {
+	head := make([]byte, 4, 8)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, err
+	}
+	mm := magic.LoadMagic()
+	if v := uint64(binary.LittleEndian.Uint32(head)); v == mm.ByName["IMG_COMMON"] || v == mm.ByName["IMG_SERVICE"] {
+		head = head[:8]
+		if _, err := io.ReadFull(r, head[4:]); err != nil {
+			return nil, err
+		}
+	}
+	return head, nil
+}
+
 // readImage decodes a CRIU image of protobuf entries into into (the first
 // entry) and passes every entry to each, when set. Sizes are bounded.
 func readImage(path string, into proto.Message, each func(proto.Message) error) error {
@@ -106,16 +123,10 @@ func readImage(path string, into proto.Message, each func(proto.Message) error) 
 	}
 	defer f.Close()
 	r := io.LimitReader(f, maxImageFile)
-	var word [4]byte
-	if _, err := io.ReadFull(r, word[:]); err != nil {
+	if _, err := readImageMagic(r); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrImages, filepath.Base(path), err)
 	}
-	mm := magic.LoadMagic()
-	if v := uint64(binary.LittleEndian.Uint32(word[:])); v == mm.ByName["IMG_COMMON"] || v == mm.ByName["IMG_SERVICE"] {
-		if _, err := io.ReadFull(r, word[:]); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrImages, filepath.Base(path), err)
-		}
-	}
+	var word [4]byte
 	n := 0
 	for {
 		if _, err := io.ReadFull(r, word[:]); errors.Is(err, io.EOF) {

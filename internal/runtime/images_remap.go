@@ -3,13 +3,13 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/userns"
-	"github.com/checkpoint-restore/go-criu/v7/magic"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vesselhost/vessel/internal/shim"
 )
 
 // MapUserns makes the checkpoint in dir restore into the user namespace
@@ -45,7 +45,8 @@ func MapUserns(dir string, m IDMap) error {
 }
 
 // rewriteImage replaces the one entry of the CRIU image at path with e,
-// keeping its magic; the new file takes the old one's place atomically.
+// keeping its magic and mode; the new file takes the old one's place
+// atomically.
 func rewriteImage(path string, e proto.Message) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -56,43 +57,16 @@ func rewriteImage(path string, e proto.Message) error {
 	if err != nil {
 		return err
 	}
-	var head [8]byte
-	if _, err := io.ReadFull(f, head[:4]); err != nil {
+	head, err := readImageMagic(f)
+	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrImages, filepath.Base(path), err)
-	}
-	n := 4
-	mm := magic.LoadMagic()
-	if v := uint64(binary.LittleEndian.Uint32(head[:4])); v == mm.ByName["IMG_COMMON"] || v == mm.ByName["IMG_SERVICE"] {
-		if _, err := io.ReadFull(f, head[4:]); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrImages, filepath.Base(path), err)
-		}
-		n = 8
 	}
 	p, err := proto.Marshal(e)
 	if err != nil {
 		return err
 	}
-	b := append(append([]byte{}, head[:n]...), binary.LittleEndian.AppendUint32(nil, uint32(len(p)))...)
-	b = append(b, p...)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".remap-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // gone once renamed
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(fi.Mode().Perm())
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("rewrite %s: %w", filepath.Base(path), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	b := binary.LittleEndian.AppendUint32(head, uint32(len(p)))
+	if err := shim.WriteBytesAtomic(path, append(b, p...), fi.Mode().Perm(), true); err != nil {
 		return fmt.Errorf("rewrite %s: %w", filepath.Base(path), err)
 	}
 	return nil

@@ -193,12 +193,21 @@ func WriteJSONAtomic(path string, v any, durable bool) error {
 	if err != nil {
 		return err
 	}
+	return WriteBytesAtomic(path, append(b, '\n'), 0o600, durable)
+}
+
+// WriteBytesAtomic writes b to path through a temporary file in the same
+// directory (mode perm), synced if durable, and renamed over path.
+func WriteBytesAtomic(path string, b []byte, perm os.FileMode, durable bool) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
 	if err == nil && durable {
 		err = f.Sync()
 	}
