@@ -99,6 +99,8 @@ func main() {
 	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
 	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
 	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
+	vmAB := flag.String("vm-ab", "", "-kind vm: a same-run A/B, POINT=ACTION a vesseld --fault for the second arm's targets (e.g. migrate.vm.target.claim=fail: the bridge not pointed at the tap); -n moves per arm, two of one arm then two of the other")
+	vmTraceDir := flag.String("vm-trace", "", "-kind vm: write tcpdump -tt of both hosts and the segment around each move, the bridges' forwarding entries and the daemons' logs here (vmtrace.go)")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
@@ -124,7 +126,7 @@ func main() {
 		}}
 	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
 	if *kind == "vm" {
-		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo), *out)
+		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo, *vmTraceDir, *vmAB), *out)
 		return
 	}
 	secs := strings.Split(*secFlag, ",")
@@ -329,9 +331,11 @@ func (cl *client) close() {
 
 // subject is one container a run moves back and forth, and its samples.
 type subject struct {
-	sec, name, at                                                   string
-	client                                                          *client
-	cs                                                              Case
+	sec, name, at string
+	client        *client
+	cs            Case
+	// moved, if set, runs as soon as a move's command returns.
+	moved                                                           func()
 	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
 	memPasses                                                       []float64
 }
@@ -353,7 +357,7 @@ func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int
 }
 
 func (sj *subject) reset(cs Case) {
-	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, client: sj.client, cs: cs}
+	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, client: sj.client, cs: cs, moved: sj.moved}
 }
 
 // move moves the container to the other host and records the timing.
@@ -367,7 +371,11 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, ech
 		time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
 	}
 	var t api.MigrationTiming
-	if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
+	out := c.OK(args...)
+	if sj.moved != nil {
+		sj.moved()
+	}
+	if err := json.Unmarshal([]byte(out), &t); err != nil {
 		r.Fatalf("timing: %v", err)
 	}
 	sj.at = to

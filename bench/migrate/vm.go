@@ -70,7 +70,7 @@ type vmLoad struct {
 // runVM moves one VM (MiB of RAM, busybox, the beat heartbeat holding
 // DirtyMiB rewritten at Rate MiB/s, or idle, and the UDP echo server
 // pushed in through the agent) back and forth n times per mode.
-func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLoad, modes []string, beat, echo string) VMResult {
+func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLoad, modes []string, beat, echo, traceDir, abFault string) VMResult {
 	vmMiB := load.MiB
 	if load.DirtyMiB == 0 {
 		load.Rate = 0
@@ -94,13 +94,43 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 	c.OK("exec", ref, "--", "sh", "-c", "while [ ! -e /tmp/udpecho.ready ]; do usleep 50000; done")
 	sj := &subject{sec: "vm", name: name, at: "alpha"}
 	sj.client = startClient(r, c, echo, name)
+	var tr *vmTrace
+	if traceDir != "" {
+		if err := os.MkdirAll(traceDir, 0o755); err != nil {
+			r.Fatalf("%v", err)
+		}
+		tr = &vmTrace{dir: traceDir, c: c}
+		sj.moved = tr.stopCapture
+	}
 	fl.runc = floor.NewRunc(r, c.Host("alpha")) // the busybox image is on alpha now
+	// -vm-ab: a second arm, its moves' targets restarted with the fault
+	// (the same VM, the same client; two moves of one arm, both
+	// directions, then two of the other).
+	arms := []*vmArm{{sj: sj, sec: "vm"}}
+	if abFault != "" {
+		b := *sj
+		arms = append(arms, &vmArm{sj: &b, sec: "vm/" + abFault, fault: abFault})
+		arms[0].restart = true
+	}
 	for _, mode := range modes {
-		sj.reset(Case{SizeMiB: vmMiB, Mode: mode, Security: "vm"})
-		var idleBeat, idleClient []float64
-		for i := 0; i < n; i++ {
+		for _, a := range arms {
+			a.sj.reset(Case{SizeMiB: vmMiB, Mode: mode, Security: a.sec})
+			a.idleBeat, a.idleClient = nil, nil
+		}
+		at := sj.at
+		for i := 0; i < n*len(arms); i++ {
+			a := arms[(i/2)%len(arms)]
+			a.sj.at = at
+			to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
+			if a.restart || a.fault != "" {
+				if a.fault != "" {
+					c.Host(to).RestartWith("--fault", a.fault)
+				} else {
+					c.Host(to).RestartWith()
+				}
+			}
 			// The floor: the same measurement over a window without a move.
-			ref := sj.at + ":" + name
+			ref := at + ":" + name
 			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
 			time.Sleep(300 * time.Millisecond)
 			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
@@ -108,32 +138,59 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 			time.Sleep(vmIdleWindow)
 			us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", ref, "--", "cat", "/tmp/beat.max")))
 			gap, _, _ := sj.client.query()
-			idleBeat, idleClient = append(idleBeat, float64(us)/1000), append(idleClient, benchutil.Ms(gap))
+			a.idleBeat, a.idleClient = append(a.idleBeat, float64(us)/1000), append(a.idleClient, benchutil.Ms(gap))
 			t0 := time.Now()
-			sj.move(r, c, mode, beat, echo, 0, 0)
-			t := sj.cs.Timings[len(sj.cs.Timings)-1]
-			fmt.Fprintf(os.Stderr, "vm %d MiB (%d rewritten) %s move %d: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
-				vmMiB, load.DirtyMiB, mode, i, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
-				lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), idleBeat[i], idleClient[i], t.Total*1000, time.Since(t0).Seconds())
+			tr.start(len(res.Cases)*n + i)
+			a.sj.move(r, c, mode, beat, echo, 0, 0)
+			tr.stop()
+			at = a.sj.at
+			t := a.sj.cs.Timings[len(a.sj.cs.Timings)-1]
+			fmt.Fprintf(os.Stderr, "vm %d MiB (%d rewritten) %s %s move %d to %s: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
+				vmMiB, load.DirtyMiB, a.sec, mode, i, at, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
+				lastOr(a.sj.gap, mode), lastOr(a.sj.clientGap, mode), a.idleBeat[len(a.idleBeat)-1], a.idleClient[len(a.idleClient)-1], t.Total*1000, time.Since(t0).Seconds())
 			fl.sample()
 		}
-		vc := VMCase{Case: sj.summary(mode, n), IdleHeartbeatGapMs: benchutil.Summarise(idleBeat), IdleClientGapMs: benchutil.Summarise(idleClient)}
-		var down, sw, disk, ram, passes []float64
-		for _, t := range vc.Timings {
-			if t.VM == nil {
-				r.Fatalf("a VM move without its VM timing: %+v", t)
-			}
-			down, sw = append(down, t.VM.DowntimeQEMU*1000), append(sw, t.VM.Switchover*1000)
-			disk, ram = append(disk, t.VM.DiskMirror*1000), append(ram, t.VM.RAMPrecopy*1000)
-			passes = append(passes, float64(t.VM.RAMIterations))
+		sj.at = at
+		for _, a := range arms {
+			res.Cases = append(res.Cases, a.summary(r, mode, n))
 		}
-		vc.DowntimeQEMUMs, vc.SwitchoverMs = benchutil.Summarise(down), benchutil.Summarise(sw)
-		vc.DiskMirrorMs, vc.RAMPrecopyMs, vc.RAMPasses = benchutil.Summarise(disk), benchutil.Summarise(ram), benchutil.Summarise(passes)
-		res.Cases = append(res.Cases, vc)
+	}
+	if abFault != "" {
+		c.Host("alpha").RestartWith()
+		c.Host("beta").RestartWith()
 	}
 	sj.client.close()
 	c.OK("delete", "--force", sj.at+":"+name)
 	res.Floor = Floor{RuncRunMs: benchutil.Summarise(fl.runcRun),
 		CriuDumpMs: benchutil.Summarise(fl.criuDump), CriuRestoreMs: benchutil.Summarise(fl.criuRestore)}
 	return res
+}
+
+// vmArm is one arm of a run's moves: its own samples of the one VM.
+type vmArm struct {
+	sj  *subject
+	sec string
+	// fault is the targets' --fault in this arm (-vm-ab); restart: the
+	// targets restart without one before each move (the other arm's
+	// restarts, matched).
+	fault                string
+	restart              bool
+	idleBeat, idleClient []float64
+}
+
+// summary is the arm's case of mode.
+func (a *vmArm) summary(r *testhost.Runner, mode string, n int) VMCase {
+	vc := VMCase{Case: a.sj.summary(mode, n), IdleHeartbeatGapMs: benchutil.Summarise(a.idleBeat), IdleClientGapMs: benchutil.Summarise(a.idleClient)}
+	var down, sw, disk, ram, passes []float64
+	for _, t := range vc.Timings {
+		if t.VM == nil {
+			r.Fatalf("a VM move without its VM timing: %+v", t)
+		}
+		down, sw = append(down, t.VM.DowntimeQEMU*1000), append(sw, t.VM.Switchover*1000)
+		disk, ram = append(disk, t.VM.DiskMirror*1000), append(ram, t.VM.RAMPrecopy*1000)
+		passes = append(passes, float64(t.VM.RAMIterations))
+	}
+	vc.DowntimeQEMUMs, vc.SwitchoverMs = benchutil.Summarise(down), benchutil.Summarise(sw)
+	vc.DiskMirrorMs, vc.RAMPrecopyMs, vc.RAMPasses = benchutil.Summarise(disk), benchutil.Summarise(ram), benchutil.Summarise(passes)
+	return vc
 }
