@@ -165,6 +165,11 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	if err := mon.SetMigrateParameters(ctx, qemu.MigrateParameters{DowntimeLimitMs: vmDowntimeLimit}); err != nil {
 		return err
 	}
+	// The end of the last pass is seen as QEMU reports it: the VM is
+	// stopped from its start (a poll's wait was frozen time).
+	if err := mon.WatchMigration(ctx); err != nil {
+		return err
+	}
 	t1 := time.Now()
 	if err := mon.Migrate(ctx, "unix:"+stateSock); err != nil {
 		return err

@@ -336,7 +336,8 @@ func (d *Daemon) announceVMInBackground(name string, ep network.Endpoint) {
 }
 
 // vmMigrateCapabilities are the QEMU migration capabilities of a memory
-// mode, the same on both ends: post-copy where the mode may switch to it.
+// mode, the same on both ends: post-copy where the mode may switch to it;
+// MIGRATION events (the source wakes on them, qemu.WatchMigration).
 func vmMigrateCapabilities(memory string) map[string]bool {
-	return map[string]bool{"postcopy-ram": memory != api.MemoryCopy}
+	return map[string]bool{"postcopy-ram": memory != api.MemoryCopy, qemu.EventsCapability: true}
 }
