@@ -99,7 +99,7 @@ func main() {
 	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
 	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
 	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
-	vmAB := flag.String("vm-ab", "", "-kind vm: a same-run A/B, POINT=ACTION a vesseld --fault for the second arm's targets (e.g. migrate.vm.target.claim=fail: the bridge not pointed at the tap); -n moves per arm, two of one arm then two of the other")
+	vmAB := flag.String("vm-ab", "", "-kind vm: a same-run A/B, POINT=ACTION[,...] vesseld --fault for both hosts in the second arm (e.g. migrate.vm.target.claim=fail,migrate.vm.source.watch=fail: as before either change; both hosts restart before every move of either arm); -n moves per arm, two of one arm then two of the other")
 	vmTraceDir := flag.String("vm-trace", "", "-kind vm: write tcpdump -tt of both hosts and the segment around each move, the bridges' forwarding entries and the daemons' logs here (vmtrace.go)")
 	flag.Parse()
 

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/bench/internal/floor"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -26,9 +29,19 @@ type VMCase struct {
 	// before each move (TCG on a loaded host has pauses of its own).
 	IdleHeartbeatGapMs benchutil.Stats `json:"idle_heartbeat_gap_ms"`
 	IdleClientGapMs    benchutil.Stats `json:"idle_client_gap_ms"`
-	DiskMirrorMs       benchutil.Stats `json:"disk_mirror_ms"`
-	RAMPrecopyMs       benchutil.Stats `json:"ram_precopy_ms"`
-	RAMPasses          benchutil.Stats `json:"ram_passes"`
+	// PauseClientGapMs and PauseHeartbeatGapMs are a second floor: the
+	// VM stopped for vmPause and let run again (QMP stop, cont) in the
+	// same QEMU, before each move: the resume of a guest whose QEMU has
+	// run it all along (TCG's translated code warm).
+	PauseClientGapMs    benchutil.Stats `json:"pause_client_gap_ms"`
+	PauseHeartbeatGapMs benchutil.Stats `json:"pause_heartbeat_gap_ms"`
+	// TBsAfterMove is the translated blocks (HMP info jit, TCG) of the
+	// target's QEMU 2 s after each move: the code the guest ran since,
+	// all translated anew (a QEMU's translation cache starts empty).
+	TBsAfterMove benchutil.Stats `json:"tbs_after_move,omitzero"`
+	DiskMirrorMs benchutil.Stats `json:"disk_mirror_ms"`
+	RAMPrecopyMs benchutil.Stats `json:"ram_precopy_ms"`
+	RAMPasses    benchutil.Stats `json:"ram_passes"`
 }
 
 // VMResult is -kind vm's JSON output.
@@ -121,12 +134,15 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 		for i := 0; i < n*len(arms); i++ {
 			a := arms[(i/2)%len(arms)]
 			a.sj.at = at
-			to := map[string]string{"alpha": "beta", "beta": "alpha"}[at]
 			if a.restart || a.fault != "" {
-				if a.fault != "" {
-					c.Host(to).RestartWith("--fault", a.fault)
-				} else {
-					c.Host(to).RestartWith()
+				var args []string
+				for _, f := range strings.Split(a.fault, ",") {
+					if f != "" {
+						args = append(args, "--fault", f)
+					}
+				}
+				for _, h := range []string{"alpha", "beta"} {
+					c.Host(h).RestartWith(args...)
 				}
 			}
 			// The floor: the same measurement over a window without a move.
@@ -139,15 +155,21 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 			us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", ref, "--", "cat", "/tmp/beat.max")))
 			gap, _, _ := sj.client.query()
 			a.idleBeat, a.idleClient = append(a.idleBeat, float64(us)/1000), append(a.idleClient, benchutil.Ms(gap))
+			pb, pc := vmPauseFloor(r, c, sj.client, at, name)
+			a.pauseBeat, a.pauseClient = append(a.pauseBeat, pb), append(a.pauseClient, pc)
 			t0 := time.Now()
 			tr.start(len(res.Cases)*n + i)
 			a.sj.move(r, c, mode, beat, echo, 0, 0)
 			tr.stop()
 			at = a.sj.at
+			time.Sleep(2 * time.Second)
+			if tbs, ok := vmTBs(c, at, name); ok {
+				a.tbs = append(a.tbs, tbs)
+			}
 			t := a.sj.cs.Timings[len(a.sj.cs.Timings)-1]
-			fmt.Fprintf(os.Stderr, "vm %d MiB (%d rewritten) %s %s move %d to %s: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
+			fmt.Fprintf(os.Stderr, "vm %d MiB (%d rewritten) %s %s move %d to %s: frozen %.0f ms (QEMU downtime %.0f, switch-over %.0f), heartbeat gap %v, client gap %v (no move: %.0f, %.0f ms; stop+cont %.0f ms: %.0f, %.0f ms), total %.0f ms (%.1f s with checks)\n",
 				vmMiB, load.DirtyMiB, a.sec, mode, i, at, t.FrozenTotal*1000, t.VM.DowntimeQEMU*1000, t.VM.Switchover*1000,
-				lastOr(a.sj.gap, mode), lastOr(a.sj.clientGap, mode), a.idleBeat[len(a.idleBeat)-1], a.idleClient[len(a.idleClient)-1], t.Total*1000, time.Since(t0).Seconds())
+				lastOr(a.sj.gap, mode), lastOr(a.sj.clientGap, mode), a.idleBeat[len(a.idleBeat)-1], a.idleClient[len(a.idleClient)-1], float64(vmPause.Milliseconds()), a.pauseBeat[len(a.pauseBeat)-1], a.pauseClient[len(a.pauseClient)-1], t.Total*1000, time.Since(t0).Seconds())
 			fl.sample()
 		}
 		sj.at = at
@@ -173,14 +195,20 @@ type vmArm struct {
 	// fault is the targets' --fault in this arm (-vm-ab); restart: the
 	// targets restart without one before each move (the other arm's
 	// restarts, matched).
-	fault                string
-	restart              bool
-	idleBeat, idleClient []float64
+	fault                  string
+	restart                bool
+	idleBeat, idleClient   []float64
+	pauseBeat, pauseClient []float64
+	tbs                    []float64
 }
 
 // summary is the arm's case of mode.
 func (a *vmArm) summary(r *testhost.Runner, mode string, n int) VMCase {
-	vc := VMCase{Case: a.sj.summary(mode, n), IdleHeartbeatGapMs: benchutil.Summarise(a.idleBeat), IdleClientGapMs: benchutil.Summarise(a.idleClient)}
+	vc := VMCase{Case: a.sj.summary(mode, n), IdleHeartbeatGapMs: benchutil.Summarise(a.idleBeat), IdleClientGapMs: benchutil.Summarise(a.idleClient),
+		PauseHeartbeatGapMs: benchutil.Summarise(a.pauseBeat), PauseClientGapMs: benchutil.Summarise(a.pauseClient)}
+	if len(a.tbs) > 0 {
+		vc.TBsAfterMove = benchutil.Summarise(a.tbs)
+	}
 	var down, sw, disk, ram, passes []float64
 	for _, t := range vc.Timings {
 		if t.VM == nil {
@@ -193,4 +221,64 @@ func (a *vmArm) summary(r *testhost.Runner, mode string, n int) VMCase {
 	vc.DowntimeQEMUMs, vc.SwitchoverMs = benchutil.Summarise(down), benchutil.Summarise(sw)
 	vc.DiskMirrorMs, vc.RAMPrecopyMs, vc.RAMPasses = benchutil.Summarise(disk), benchutil.Summarise(ram), benchutil.Summarise(passes)
 	return vc
+}
+
+// vmPause is how long the pause floor stops the VM (about a move's
+// frozen time).
+const vmPause = 50 * time.Millisecond
+
+// vmPauseFloor stops the VM on host at for vmPause and lets it run again
+// through its QMP socket, and returns the largest heartbeat and client
+// gaps (ms) around it.
+func vmPauseFloor(r *testhost.Runner, c *testhost.Cluster, cl *client, at, name string) (beat, clientGap float64) {
+	ref := at + ":" + name
+	c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
+	time.Sleep(300 * time.Millisecond)
+	cl.reset()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mon, err := qemu.Connect(ctx, qemu.Config{RunDir: filepath.Join(c.Host(at).RunDir(), "vm", name)}.QMPSocket())
+	if err != nil {
+		r.Fatalf("pause floor: %v", err)
+	}
+	err = mon.Stop(ctx)
+	time.Sleep(vmPause)
+	if err == nil {
+		err = mon.Cont(ctx)
+	}
+	mon.Close()
+	if err != nil {
+		r.Fatalf("pause floor: %v", err)
+	}
+	gap, ok := cl.waitAnswers(10 * time.Second)
+	if !ok {
+		r.Fatalf("pause floor: no answer after the VM's cont")
+	}
+	time.Sleep(200 * time.Millisecond)
+	us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", ref, "--", "cat", "/tmp/beat.max")))
+	return float64(us) / 1000, benchutil.Ms(gap)
+}
+
+// vmTBs reads the translated-block count of the VM's QEMU on host at
+// (HMP info jit; false where it has none, as under KVM).
+func vmTBs(c *testhost.Cluster, at, name string) (float64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mon, err := qemu.Connect(ctx, qemu.Config{RunDir: filepath.Join(c.Host(at).RunDir(), "vm", name)}.QMPSocket())
+	if err != nil {
+		return 0, false
+	}
+	defer mon.Close()
+	var out string
+	if err := mon.Execute(ctx, "human-monitor-command", map[string]any{"command-line": "info jit"}, &out); err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "TB count"); ok {
+			if n, err := strconv.Atoi(strings.Fields(v)[0]); err == nil {
+				return float64(n), true
+			}
+		}
+	}
+	return 0, false
 }
