@@ -99,7 +99,7 @@ func main() {
 	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
 	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
 	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
-	vmAB := flag.String("vm-ab", "", "-kind vm: a same-run A/B, POINT=ACTION[,...] vesseld --fault for both hosts in the second arm (e.g. migrate.vm.target.claim=fail,migrate.vm.source.watch=fail: as before either change; both hosts restart before every move of either arm); -n moves per arm, two of one arm then two of the other")
+	vmFaults := flag.String("vm-faults", "", "-kind vm: POINT=ACTION[,...] vesseld --fault for both hosts, the whole run (an A/B arm: migrate.vm.target.claim=fail,migrate.vm.source.watch=fail is vessel before either change)")
 	vmTraceDir := flag.String("vm-trace", "", "-kind vm: write tcpdump -tt of both hosts and the segment around each move, the bridges' forwarding entries and the daemons' logs here (vmtrace.go)")
 	flag.Parse()
 
@@ -118,6 +118,11 @@ func main() {
 		// Privileged containers move only between hosts that accept them.
 		opts.HostArgs = append(opts.HostArgs, "--accept-privileged")
 	}
+	for _, f := range strings.Split(*vmFaults, ",") {
+		if f != "" {
+			opts.HostArgs = append(opts.HostArgs, "--fault", f)
+		}
+	}
 	c := testhost.NewCluster(r, bin, opts)
 
 	res := Result{Benchmark: "migrate", Machine: benchutil.ThisMachine(), DirtyRateMiB: *rate,
@@ -126,7 +131,7 @@ func main() {
 		}}
 	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
 	if *kind == "vm" {
-		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo, *vmTraceDir, *vmAB), *out)
+		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo, *vmTraceDir, *vmFaults), *out)
 		return
 	}
 	secs := strings.Split(*secFlag, ",")

@@ -83,7 +83,7 @@ type vmLoad struct {
 // runVM moves one VM (MiB of RAM, busybox, the beat heartbeat holding
 // DirtyMiB rewritten at Rate MiB/s, or idle, and the UDP echo server
 // pushed in through the agent) back and forth n times per mode.
-func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLoad, modes []string, beat, echo, traceDir, abFault string) VMResult {
+func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLoad, modes []string, beat, echo, traceDir, faults string) VMResult {
 	vmMiB := load.MiB
 	if load.DirtyMiB == 0 {
 		load.Rate = 0
@@ -116,15 +116,15 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 		sj.moved = tr.stopCapture
 	}
 	fl.runc = floor.NewRunc(r, c.Host("alpha")) // the busybox image is on alpha now
-	// -vm-ab: a second arm, its moves' targets restarted with the fault
-	// (the same VM, the same client; two moves of one arm, both
-	// directions, then two of the other).
-	arms := []*vmArm{{sj: sj, sec: "vm"}}
-	if abFault != "" {
-		b := *sj
-		arms = append(arms, &vmArm{sj: &b, sec: "vm/" + abFault, fault: abFault})
-		arms[0].restart = true
+	// -vm-faults: the run's hosts were started with them (an arm of an
+	// A/B made of whole runs, alternated: a vesseld restart between
+	// moves would tear the target's idle bridge down, and its learnt
+	// forwarding entries with it).
+	sec := "vm"
+	if faults != "" {
+		sec += "/" + faults
 	}
+	arms := []*vmArm{{sj: sj, sec: sec}}
 	for _, mode := range modes {
 		for _, a := range arms {
 			a.sj.reset(Case{SizeMiB: vmMiB, Mode: mode, Security: a.sec})
@@ -134,17 +134,6 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 		for i := 0; i < n*len(arms); i++ {
 			a := arms[(i/2)%len(arms)]
 			a.sj.at = at
-			if a.restart || a.fault != "" {
-				var args []string
-				for _, f := range strings.Split(a.fault, ",") {
-					if f != "" {
-						args = append(args, "--fault", f)
-					}
-				}
-				for _, h := range []string{"alpha", "beta"} {
-					c.Host(h).RestartWith(args...)
-				}
-			}
 			// The floor: the same measurement over a window without a move.
 			ref := at + ":" + name
 			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
@@ -177,10 +166,6 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 			res.Cases = append(res.Cases, a.summary(r, mode, n))
 		}
 	}
-	if abFault != "" {
-		c.Host("alpha").RestartWith()
-		c.Host("beta").RestartWith()
-	}
 	sj.client.close()
 	c.OK("delete", "--force", sj.at+":"+name)
 	res.Floor = Floor{RuncRunMs: benchutil.Summarise(fl.runcRun),
@@ -188,15 +173,10 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 	return res
 }
 
-// vmArm is one arm of a run's moves: its own samples of the one VM.
+// vmArm is a run's moves of the one VM and their samples.
 type vmArm struct {
-	sj  *subject
-	sec string
-	// fault is the targets' --fault in this arm (-vm-ab); restart: the
-	// targets restart without one before each move (the other arm's
-	// restarts, matched).
-	fault                  string
-	restart                bool
+	sj                     *subject
+	sec                    string
 	idleBeat, idleClient   []float64
 	pauseBeat, pauseClient []float64
 	tbs                    []float64
