@@ -39,9 +39,12 @@ type VMCase struct {
 	// target's QEMU 2 s after each move: the code the guest ran since,
 	// all translated anew (a QEMU's translation cache starts empty).
 	TBsAfterMove benchutil.Stats `json:"tbs_after_move,omitzero"`
-	DiskMirrorMs benchutil.Stats `json:"disk_mirror_ms"`
-	RAMPrecopyMs benchutil.Stats `json:"ram_precopy_ms"`
-	RAMPasses    benchutil.Stats `json:"ram_passes"`
+	// TBsIdleWindow is the blocks the same guest's QEMU translated
+	// during the window without a move (its cache warm).
+	TBsIdleWindow benchutil.Stats `json:"tbs_idle_window,omitzero"`
+	DiskMirrorMs  benchutil.Stats `json:"disk_mirror_ms"`
+	RAMPrecopyMs  benchutil.Stats `json:"ram_precopy_ms"`
+	RAMPasses     benchutil.Stats `json:"ram_passes"`
 }
 
 // VMResult is -kind vm's JSON output.
@@ -140,7 +143,11 @@ func runVM(r *testhost.Runner, c *testhost.Cluster, fl *floors, n int, load vmLo
 			time.Sleep(300 * time.Millisecond)
 			c.OK("exec", ref, "--", "touch", "/tmp/beat.reset")
 			sj.client.reset()
+			tb0, tbOK := vmTBs(c, at, name)
 			time.Sleep(vmIdleWindow)
+			if tb1, ok := vmTBs(c, at, name); ok && tbOK {
+				a.idleTBs = append(a.idleTBs, tb1-tb0)
+			}
 			us, _ := strconv.Atoi(strings.TrimSpace(c.OK("exec", ref, "--", "cat", "/tmp/beat.max")))
 			gap, _, _ := sj.client.query()
 			a.idleBeat, a.idleClient = append(a.idleBeat, float64(us)/1000), append(a.idleClient, benchutil.Ms(gap))
@@ -179,7 +186,7 @@ type vmArm struct {
 	sec                    string
 	idleBeat, idleClient   []float64
 	pauseBeat, pauseClient []float64
-	tbs                    []float64
+	tbs, idleTBs           []float64
 }
 
 // summary is the arm's case of mode.
@@ -188,6 +195,9 @@ func (a *vmArm) summary(r *testhost.Runner, mode string, n int) VMCase {
 		PauseHeartbeatGapMs: benchutil.Summarise(a.pauseBeat), PauseClientGapMs: benchutil.Summarise(a.pauseClient)}
 	if len(a.tbs) > 0 {
 		vc.TBsAfterMove = benchutil.Summarise(a.tbs)
+	}
+	if len(a.idleTBs) > 0 {
+		vc.TBsIdleWindow = benchutil.Summarise(a.idleTBs)
 	}
 	var down, sw, disk, ram, passes []float64
 	for _, t := range vc.Timings {
