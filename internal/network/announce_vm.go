@@ -65,7 +65,8 @@ func AnnounceFromBridge(ctx context.Context, bridge string, mac net.HardwareAddr
 // came in through) until the guest itself sends one through its tap. The
 // guest's own announcement is late (it runs it once QEMU's self-announce
 // reaches it, slow under TCG) and QEMU's RARPs never reach the bridge
-// (the port filter passes IPv4 and ARP only).
+// (the port filter passes IPv4 and ARP only). The port must forward (a
+// tap QEMU has open): the kernel refuses an entry on a disabled port.
 func ClaimMAC(bridge, port string, mac net.HardwareAddr) error {
 	if len(mac) != 6 {
 		return fmt.Errorf("claim %s on %s: bad MAC", mac, port)

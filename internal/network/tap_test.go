@@ -83,6 +83,10 @@ func TestClaimMAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A bridge takes forwarding entries on a port that forwards only:
+	// the taps' carrier comes up as QEMU would open them.
+	openTap(t, vm1.HostVeth)
+	openTap(t, vm2.HostVeth)
 	mac, _ := net.ParseMAC(vm1.MAC)
 	port := func(name string) netlink.Link {
 		l, err := netlink.LinkByName(name)
@@ -130,5 +134,24 @@ func TestClaimMAC(t *testing.T) {
 	}
 	if err := ClaimMAC("lo", vm1.HostVeth, mac); err == nil {
 		t.Error("ClaimMAC on a port of another bridge succeeded")
+	}
+}
+
+// openTap attaches to the persistent tap name as QEMU does (its carrier
+// comes up) until the test ends.
+func openTap(t *testing.T, name string) {
+	t.Helper()
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		t.Fatalf("attach to tap %s: %v", name, err)
 	}
 }
