@@ -20,7 +20,6 @@ import (
 type vmTrace struct {
 	dir  string
 	c    *testhost.Cluster
-	mac  string
 	caps []*exec.Cmd
 	i    int
 }
