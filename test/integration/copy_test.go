@@ -225,7 +225,9 @@ func TestCopyWithSnapshotsDir(t *testing.T) {
 // container, frozen while read) gets its snapshots there, a stateful one
 // with its memory, restored in the copy's own id block and address; the
 // source keeps its own. --instance-only leaves them. A copy the target
-// fails leaves nothing there.
+// fails leaves nothing there. Restored in the copy, there or after it
+// moved on, the snapshots give it its own identity; in the source, the
+// source's.
 func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	c := newCluster(t)
 	c.OK("launch", "busybox", "alpha:c1")
@@ -334,6 +336,13 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	}
 	if got := identity(t, c.OK, "beta:c2"); got != identityOf("c2", "") {
 		t.Errorf("the copy after restoring first:\n%s", got)
+	}
+	// Its snapshots keep their mark when it moves: restored on alpha,
+	// the stateful one still comes back as the copy, not as c1.
+	c.OK("move", "beta:c2", "alpha:", "--live")
+	c.OK("snapshot", "restore", "alpha:c2", "second", "--stateful", "--force")
+	if got := identity(t, c.OK, "alpha:c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy moved to alpha after restoring second (stateful):\n%s", got)
 	}
 	noLeftovers(t, c, "c1")
 	noLeftovers(t, c, "c2")
