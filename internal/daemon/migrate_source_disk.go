@@ -28,7 +28,7 @@ func (m *migrationSource) sendSnapshots(ctx context.Context, snaps []state.Snaps
 			s = snapshotForCopy(s, isVM(m.inst)) // instance_copy.go
 		}
 		rec := migration.SnapshotRecord{Name: s.Name, Created: s.Created, Stateful: s.Stateful, DiskBytes: s.DiskBytes,
-			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS)}
+			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS), ForeignIdentity: s.ForeignIdentity}
 		if err := m.sess.Send(migration.Message{Type: migration.MsgSnapshot, Record: &rec}); err != nil {
 			return err
 		}

@@ -182,8 +182,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	rec := fromWire(hello.Instance)
 	rec.State = state.StateStopped
 	// A VM's copy (a move keeps its address): its first boot empties the
-	// guest's machine ID (a container's copy has it emptied in start).
-	rec.NewIdentity = rec.IsVM() && !hello.KeepAddress
+	// guest's machine ID (a container's copy has it emptied in start). A
+	// VM moving before the boot that would have emptied it keeps the mark.
+	rec.NewIdentity = rec.IsVM() && (rec.NewIdentity || !hello.KeepAddress)
 	if err := d.admitPeerInstance(&rec, hello.Live); err != nil {
 		return err
 	}

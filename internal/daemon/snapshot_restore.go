@@ -83,14 +83,24 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 }
 
 // rollbackDisk replaces the container's volume by a writable clone of the
-// snapshot. The record says so (RollingBack) from before the old volume
-// goes until the new one is in place: a daemon that dies in between finds
-// it at its next start and does it again (reconcile). The snapshot itself
-// is untouched, so a failure here can be retried.
+// snapshot, with the instance's own identity if the snapshot holds
+// another's (restoreIdentity). The record says so (RollingBack) from
+// before the old volume goes until the new one is in place: a daemon that
+// dies in between finds it at its next start and does it again
+// (reconcile). The snapshot itself is untouched, so a failure here can be
+// retried.
 func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) error {
+	srec, err := d.state.GetSnapshot(inst.name, snap)
+	if err != nil {
+		return err
+	}
+	vm := inst.record().IsVM()
 	mark := func(s string) error {
 		return d.save(inst, func(_ *state.Tx, rec *state.Instance) error {
 			rec.RollingBack = s
+			if s == "" && restoreIdentity(srec, vm) == identityNewBoot {
+				rec.NewIdentity = true
+			}
 			return nil
 		})
 	}
@@ -105,7 +115,48 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(inst.name, snap), false); err != nil {
 		return fmt.Errorf("restore the disk from snapshot %q (retry the restore): %w", snap, err)
 	}
+	if restoreIdentity(srec, vm) == identityRewrite {
+		if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+			return fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	}
 	return mark("")
+}
+
+// What a restore does to the instance's identity (restoreIdentity).
+type identityAction int
+
+const (
+	// identityKeep: the snapshot is the instance's own; its files and
+	// machine ID are the instance's, kept as they were.
+	identityKeep identityAction = iota
+	// identityRewrite: a container's restored root gets the instance's
+	// hostname and hosts file and an empty machine ID (writeIdentity, as
+	// a copy's root does), and a stateful restore the instance's name in
+	// its UTS namespace (runtime.SetUTSName).
+	identityRewrite
+	// identityNewBoot: a VM's next boot empties the guest's machine ID
+	// (state.Instance.NewIdentity); its init names it at every boot.
+	identityNewBoot
+)
+
+// restoreIdentity decides what a restore of snapshot s does to the
+// identity of the instance restoring it (vm: a virtual machine). A
+// snapshot that holds another machine's identity (a copy's, taken in its
+// source: ForeignIdentity) must not bring it back; one of the instance's
+// own brings back its own, so a restore in the same instance keeps its
+// machine ID. The decision is the record's, not a comparison of names: a
+// copy to another host may take its source's name, a move may rename,
+// and a move keeps the mark.
+func restoreIdentity(s state.Snapshot, vm bool) identityAction {
+	switch {
+	case !s.ForeignIdentity:
+		return identityKeep
+	case vm:
+		return identityNewBoot
+	default:
+		return identityRewrite
+	}
 }
 
 // restoreLaunch returns the launch step of a stateful restore: runc
@@ -116,10 +167,21 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 // but on this 2-core host that was 15-20 % slower than CRIU alone in every
 // bench/snapshot run (the two compete for the CPU that checksums and
 // copies the pages), so it is gone. The images' user namespace is first
-// made the instance's (runtime.MapUserns).
+// made the instance's (runtime.MapUserns), and a copy's snapshot's UTS
+// namespace named after it (runtime.SetUTSName; restoreIdentity).
 func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFunc {
 	return func(bundle, logPath string) (runtime.Process, error) {
 		images := d.storage.Path(checkpointVolume(name, snap))
+		srec, err := d.state.GetSnapshot(name, snap)
+		if err != nil {
+			return runtime.Process{}, err
+		}
+		if restoreIdentity(srec, false) == identityRewrite {
+			// A copy's snapshot: its UTS namespace has the source's name.
+			if err := runtime.SetUTSName(images, name); err != nil {
+				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
+			}
+		}
 		idmap := d.snapshotIDMap(name)
 		if idmap != nil {
 			// A copy's snapshot, or one that moved cold, was taken under

@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 6
+const Version = 7
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -65,6 +65,10 @@ type Instance struct {
 	// Type is the instance's type (state.TypeVM for a virtual machine;
 	// empty: a container).
 	Type string `json:"type,omitempty"`
+	// NewIdentity is state.Instance's: a VM whose next boot empties the
+	// guest's machine ID (a copy not booted yet, or one whose snapshot
+	// from its source was restored) keeps that through a move.
+	NewIdentity bool `json:"new_identity,omitempty"`
 }
 
 // IDMap is a container's user namespace map (state.IDMap).
@@ -147,6 +151,9 @@ type SnapshotRecord struct {
 	FrozenMs    float64           `json:"frozen_ms"`
 	Config      map[string]string `json:"config,omitempty"`
 	OS          OS                `json:"os"`
+	// ForeignIdentity is state.Snapshot's (a copy's snapshots, and the
+	// snapshots of a copy that moves, hold another machine's identity).
+	ForeignIdentity bool `json:"foreign_identity,omitempty"`
 }
 
 // Message types, in protocol order.

@@ -12,7 +12,8 @@ import (
 )
 
 // SnapshotVersion is the format version of Snapshot records.
-const SnapshotVersion = 1
+// Version 2 added ForeignIdentity (absent in a version 1 record: false).
+const SnapshotVersion = 2
 
 // Snapshot is a container snapshot's durable record: a read-only copy of
 // its disk and, when Stateful, a checkpoint of its memory and processes
@@ -33,6 +34,10 @@ type Snapshot struct {
 	// Config is the container's configuration when the snapshot was taken.
 	Config map[string]string `json:"config,omitempty"`
 	OS     OS                `json:"os"`
+	// ForeignIdentity says the snapshot's disk holds another machine's
+	// identity (a copy's snapshot holds its source's hostname, hosts file
+	// and machine ID): a restore gives the instance its own again.
+	ForeignIdentity bool `json:"foreign_identity,omitempty"`
 }
 
 // Key returns the snapshot's key, "INSTANCE/NAME".
