@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/runtime"
@@ -14,7 +17,9 @@ import (
 // namespace (nameImages). Its snapshots keep the name they were taken
 // under (state.Snapshot.TakenAs): a restore renames them then
 // (restoreIdentity). A copy is another machine: writeIdentity. A VM's name
-// is on its kernel command line, read by its init at each boot.
+// is on its kernel command line, read by its init at each boot: a cold
+// move boots it under the new name; a live one renames the running guest
+// through its agent (renameGuest).
 
 // renamed says the instance takes another name here than on the source.
 func (m *migrationTarget) renamed() bool {
@@ -38,3 +43,35 @@ func (m *migrationTarget) nameImages() error {
 	return nil
 }
 
+// guestRenameWait bounds renameGuest's exec.
+const guestRenameWait = 30 * time.Second
+
+// renameGuest gives a VM that moved live under a new name that name in
+// its running kernel and its /etc/hostname (what its init would have done
+// at boot from vessel.hostname=; its next boot does it anyway): one exec
+// of the image's sh through its agent, once the guest runs here, outside
+// the frozen window and beside the rest of the move (the move does not
+// wait for it: a VM's switch-over is timed to the target's "resumed").
+// Best effort: a guest that does not answer (no sh, no agent) keeps its
+// old name until its next boot, with a warning.
+func (m *migrationTarget) renameGuest(ctx context.Context) {
+	if !m.renamed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, guestRenameWait)
+	defer cancel()
+	var out bytes.Buffer
+	t0 := time.Now()
+	code, err := m.d.agents.Exec(ctx, m.name, m.d.vmAgentSocket(m.name), runtime.ExecOptions{
+		Args:   []string{"/bin/sh", "-c", `printf %s "$1" > /proc/sys/kernel/hostname && printf '%s\n' "$1" > /etc/hostname`, "sh", m.name},
+		Stdout: &out, Stderr: &out,
+	})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		m.d.log.Warn("the VM keeps its old name until its next boot: renaming the running guest failed", "name", m.name, "was", m.hello.SourceName, "err", err)
+		return
+	}
+	m.d.log.Debug("migration target: guest renamed", "name", m.name, "from", m.hello.SourceName, "took", time.Since(t0))
+}
