@@ -7,11 +7,12 @@ import (
 // TestMoveRenames: a move that renames (`move alpha:web1 beta:web2`, cold,
 // then live) moves the same machine under a new name: its hostname (the
 // UTS namespace's: a live move's checkpoint is renamed), /etc/hostname and
-// /etc/hosts say the new name, and its machine ID stays. Its snapshots,
-// taken under the first name, restore under the current one, a disk and
-// a stateful one alike, and keep the machine ID. A copy's snapshots stay another machine's after
-// the copy is renamed by a move: restored, they still empty the machine
-// ID.
+// /etc/hosts say the new name, and its machine ID stays (live: with its
+// memory copied while frozen, and post-copy). Its snapshots, taken under
+// the first name, restore under the current one, a disk and a stateful
+// one alike, and keep the machine ID. A copy's snapshots stay another
+// machine's after the copy is renamed by a move: restored, they still
+// empty the machine ID.
 func TestMoveRenames(t *testing.T) {
 	c := newCluster(t)
 	const machineID = sourceMachineID
@@ -64,19 +65,23 @@ func TestMoveRenames(t *testing.T) {
 	t.Logf("live move:\n%s", c.OK("move", "alpha:web3", "beta:", "--live", "--timing"))
 	check("beta:web3", "web3", machineID, "one")
 
-	// A copy renamed by a move: its snapshots (web3's) are still
+	// Live with post-copy: the lazy-pages daemon reads the same images.
+	c.OK("move", "beta:web3", "alpha:web4", "--live", "--memory", "lazy")
+	check("alpha:web4", "web4", machineID, "one")
+
+	// A copy renamed by a move: its snapshots (web4's) are still
 	// another machine's.
-	c.OK("copy", "beta:web3", "alpha:cp1")
-	if got := c.OK("exec", "beta:web3", "--", "cat", "/etc/machine-id"); got != machineID {
+	c.OK("copy", "alpha:web4", "beta:cp1")
+	if got := c.OK("exec", "alpha:web4", "--", "cat", "/etc/machine-id"); got != machineID {
 		t.Errorf("the copy's source's machine ID: %q", got)
 	}
-	c.OK("delete", "--force", "beta:web3") // its address is the copy's on beta
-	c.OK("move", "alpha:cp1", "beta:cp2")
-	restore("beta:cp2", "second", true)
-	check("beta:cp2", "cp2", "", "two")
-	restore("beta:cp2", "first", false)
-	check("beta:cp2", "cp2", "", "one")
-	for _, n := range []string{"web1", "web2", "web3", "cp1", "cp2"} {
+	c.OK("delete", "--force", "alpha:web4") // its address is the copy's on alpha
+	c.OK("move", "beta:cp1", "alpha:cp2")
+	restore("alpha:cp2", "second", true)
+	check("alpha:cp2", "cp2", "", "two")
+	restore("alpha:cp2", "first", false)
+	check("alpha:cp2", "cp2", "", "one")
+	for _, n := range []string{"web1", "web2", "web3", "web4", "cp1", "cp2"} {
 		noLeftovers(t, c, n)
 	}
 }
