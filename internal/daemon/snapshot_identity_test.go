@@ -19,20 +19,33 @@ import (
 )
 
 func TestRestoreIdentity(t *testing.T) {
-	own := state.Snapshot{Name: "s"}
-	foreign := state.Snapshot{Name: "s", ForeignIdentity: true}
+	own := state.Snapshot{Name: "s", TakenAs: "web1"}
+	legacy := state.Snapshot{Name: "s"} // a record from before TakenAs
+	foreign := state.Snapshot{Name: "s", ForeignIdentity: true, TakenAs: "web1"}
 	for _, tc := range []struct {
 		name string
 		s    state.Snapshot
+		inst string
 		vm   bool
 		want identityAction
 	}{
-		{"a container's own snapshot", own, false, identityKeep},
-		{"a VM's own snapshot", own, true, identityKeep},
-		{"a copy's container snapshot", foreign, false, identityRewrite},
-		{"a copy's VM snapshot", foreign, true, identityNewBoot},
+		{"a container's own snapshot", own, "web1", false, identityKeep},
+		{"a VM's own snapshot", own, "web1", true, identityKeep},
+		{"a container's own snapshot from before TakenAs", legacy, "web1", false, identityKeep},
+		{"a copy's container snapshot", foreign, "web2", false, identityRewrite},
+		{"a copy's VM snapshot", foreign, "web2", true, identityNewBoot},
+		// A copy to another host may keep its source's name: the mark
+		// decides, not the names.
+		{"a copy's snapshot under its source's name", foreign, "web1", false, identityRewrite},
+		{"a copy's VM snapshot under its source's name", foreign, "web1", true, identityNewBoot},
+		// Renamed by a move: the same machine, under a new name.
+		{"a renamed container's own snapshot", own, "web2", false, identityRename},
+		{"a renamed VM's own snapshot (its name is on its command line)", own, "web2", true, identityKeep},
+		// A copy renamed by a move later: still another machine's.
+		{"a renamed copy's snapshot", foreign, "web3", false, identityRewrite},
+		{"a renamed VM copy's snapshot", foreign, "web3", true, identityNewBoot},
 	} {
-		if got := restoreIdentity(tc.s, tc.vm); got != tc.want {
+		if got := restoreIdentity(tc.s, tc.inst, tc.vm); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -270,5 +283,77 @@ func TestWireCarriesNewIdentity(t *testing.T) {
 	rec := state.Instance{Name: "vm2", Type: state.TypeVM, NewIdentity: true}
 	if got := fromWire(toWire(rec)); !got.NewIdentity {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// TestRenamedSnapshotIdentity: a snapshot records the name it was taken
+// under; one taken before a move renamed the instance restores with the
+// instance's current name on its disk and, stateful, in its UTS
+// namespace, and keeps the machine ID (the same machine); one taken under
+// the current name is restored as it is (a name set inside kept).
+func TestRenamedSnapshotIdentity(t *testing.T) {
+	td := newTestDaemon(t)
+	td.addInstance(t, "web2", state.StateStopped)
+	if _, err := td.snapshotOp(t, "web2", api.SnapshotsPost{Name: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := td.state.GetSnapshot("web2", "taken"); err != nil || rec.TakenAs != "web2" {
+		t.Fatalf("a new snapshot's record: %+v, %v; want it taken as web2", rec, err)
+	}
+	// Two snapshots that came with a move that renamed web1 to web2.
+	put := func(snap string, stateful bool) {
+		t.Helper()
+		if err := td.state.CreateSnapshot(state.Snapshot{Instance: "web2", Name: snap, Stateful: stateful, TakenAs: "web1"}); err != nil {
+			t.Fatal(err)
+		}
+		td.writeVolume(t, snapshotVolume("web2", snap), "web2 at "+snap)
+		putIdentity(t, td, snapshotVolume("web2", snap), "web1")
+		if stateful {
+			td.writeVolume(t, checkpointVolume("web2", snap), "memory")
+			putCheckpointImages(t, td, checkpointVolume("web2", snap), "web1")
+		}
+	}
+	put("s1", false)
+	put("s2", true)
+	check := func(what string) {
+		t.Helper()
+		if h, id := identityOf(t, td, containerVolume("web2")); h != "web2" || id != sourceMachineID {
+			t.Errorf("%s: hostname %q, machine ID %q", what, h, id)
+		}
+		if b, _ := os.ReadFile(filepath.Join(td.storage.Path(containerVolume("web2")), "etc/hosts")); !strings.Contains(string(b), "\tweb2\n") {
+			t.Errorf("%s: /etc/hosts %q", what, b)
+		}
+	}
+	if err := td.restoreOp(t, "web2", "s1", api.SnapshotRestorePost{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("after restoring s1")
+	if err := td.restoreOp(t, "web2", "s2", api.SnapshotRestorePost{Stateful: true, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("after restoring s2 (stateful)")
+	if got := utsName(t, td, checkpointVolume("web2", "s2")); got != "web2" {
+		t.Errorf("the stateful restore ran under UTS name %q", got)
+	}
+	if got := td.readVolume(t, containerVolume("web2")); got != "web2 at s2" {
+		t.Errorf("the disk after restoring s2: %q", got)
+	}
+
+	// Taken under the current name: as it is.
+	if err := td.state.CreateSnapshot(state.Snapshot{Instance: "web2", Name: "s3", Stateful: true, TakenAs: "web2"}); err != nil {
+		t.Fatal(err)
+	}
+	td.writeVolume(t, snapshotVolume("web2", "s3"), "web2 at s3")
+	putIdentity(t, td, snapshotVolume("web2", "s3"), "set-inside")
+	td.writeVolume(t, checkpointVolume("web2", "s3"), "memory")
+	putCheckpointImages(t, td, checkpointVolume("web2", "s3"), "set-inside")
+	if err := td.restoreOp(t, "web2", "s3", api.SnapshotRestorePost{Stateful: true, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := utsName(t, td, checkpointVolume("web2", "s3")); got != "set-inside" {
+		t.Errorf("the own snapshot's restore ran under UTS name %q", got)
+	}
+	if h, id := identityOf(t, td, containerVolume("web2")); h != "set-inside" || id != sourceMachineID {
+		t.Errorf("after restoring s3: hostname %q, machine ID %q", h, id)
 	}
 }

@@ -98,7 +98,7 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 	mark := func(s string) error {
 		return d.save(inst, func(_ *state.Tx, rec *state.Instance) error {
 			rec.RollingBack = s
-			if s == "" && restoreIdentity(srec, vm) == identityNewBoot {
+			if s == "" && restoreIdentity(srec, inst.name, vm) == identityNewBoot {
 				rec.NewIdentity = true
 			}
 			return nil
@@ -115,8 +115,13 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(inst.name, snap), false); err != nil {
 		return fmt.Errorf("restore the disk from snapshot %q (retry the restore): %w", snap, err)
 	}
-	if restoreIdentity(srec, vm) == identityRewrite {
+	switch restoreIdentity(srec, inst.name, vm) {
+	case identityRewrite:
 		if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+			return fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	case identityRename:
+		if err := writeName(d.storage.Path(vol), inst.name); err != nil {
 			return fmt.Errorf("snapshot %q: %w", snap, err)
 		}
 	}
@@ -138,24 +143,35 @@ const (
 	// identityNewBoot: a VM's next boot empties the guest's machine ID
 	// (state.Instance.NewIdentity); its init names it at every boot.
 	identityNewBoot
+	// identityRename: the snapshot is the instance's own, taken under
+	// another name (a move renamed it since): a container's restored
+	// root gets the instance's hostname and hosts file and keeps its
+	// machine ID (writeName), and a stateful restore the instance's
+	// name in its UTS namespace.
+	identityRename
 )
 
 // restoreIdentity decides what a restore of snapshot s does to the
-// identity of the instance restoring it (vm: a virtual machine). A
+// identity of the instance restoring it (name; vm: a virtual machine). A
 // snapshot that holds another machine's identity (a copy's, taken in its
-// source: ForeignIdentity) must not bring it back; one of the instance's
-// own brings back its own, so a restore in the same instance keeps its
-// machine ID. The decision is the record's, not a comparison of names: a
-// copy to another host may take its source's name, a move may rename,
-// and a move keeps the mark.
-func restoreIdentity(s state.Snapshot, vm bool) identityAction {
+// source: ForeignIdentity) must not bring it back, whatever the names: a
+// copy to another host may take its source's name, and a copy that moves
+// on, renamed or not, keeps the mark. One of the instance's own brings
+// back its own machine ID; only its name may be out of date, where a
+// move renamed the instance after the snapshot was taken (TakenAs; a
+// record from before TakenAs, "", is taken to be under the current
+// name). A VM's name is not on its disk: its init takes it from the
+// kernel command line at each boot.
+func restoreIdentity(s state.Snapshot, name string, vm bool) identityAction {
 	switch {
-	case !s.ForeignIdentity:
-		return identityKeep
-	case vm:
+	case s.ForeignIdentity && vm:
 		return identityNewBoot
-	default:
+	case s.ForeignIdentity:
 		return identityRewrite
+	case !vm && s.TakenAs != "" && s.TakenAs != name:
+		return identityRename
+	default:
+		return identityKeep
 	}
 }
 
@@ -168,7 +184,8 @@ func restoreIdentity(s state.Snapshot, vm bool) identityAction {
 // bench/snapshot run (the two compete for the CPU that checksums and
 // copies the pages), so it is gone. The images' user namespace is first
 // made the instance's (runtime.MapUserns), and a copy's snapshot's UTS
-// namespace named after it (runtime.SetUTSName; restoreIdentity).
+// namespace, or that of a snapshot taken under another name, named after
+// it (runtime.SetUTSName; restoreIdentity).
 func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFunc {
 	return func(bundle, logPath string) (runtime.Process, error) {
 		images := d.storage.Path(checkpointVolume(name, snap))
@@ -176,8 +193,9 @@ func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFun
 		if err != nil {
 			return runtime.Process{}, err
 		}
-		if restoreIdentity(srec, false) == identityRewrite {
-			// A copy's snapshot: its UTS namespace has the source's name.
+		if a := restoreIdentity(srec, name, false); a == identityRewrite || a == identityRename {
+			// A copy's snapshot, or one taken before a move renamed
+			// the instance: its UTS namespace has the other name.
 			if err := runtime.SetUTSName(images, name); err != nil {
 				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
 			}
