@@ -21,6 +21,9 @@ import (
 // stray took the cgroup namespace's prefix only after its set was looked
 // up), dumped each one's properties again and moved each task into its
 // cgroups again, one usernsd round trip per controller, while frozen.
+// And init is not moved into a cgroup it was born in (patch 0032: the
+// restore's CRIU runs in the container's cgroups), yet every task ends
+// up in the container's cgroup of every hierarchy.
 func TestCheckpointOneCgroupSet(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
@@ -99,6 +102,20 @@ func TestCheckpointOneCgroupSet(t *testing.T) {
 	}
 	if n := strings.Count(string(log), "inherited from parent"); n != 2 {
 		t.Errorf("restore.log: %d tasks inherited their cgroups, want 2", n)
+	}
+	if !strings.Contains(string(log), "`-> already in ") {
+		t.Error("restore.log: init was moved into every cgroup it was born in")
+	}
+	for _, d := range cgroupDirs(e.cgroups + "/" + id) {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if os.IsNotExist(err) {
+			continue // a hierarchy runc puts no container in
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(strings.Fields(string(b))); n != 3 {
+			t.Errorf("%s holds %d tasks, want the 3 restored", d, n)
+		}
 	}
 	if err := e.rt.Delete(ctx, id); err != nil {
 		t.Fatal(err)
