@@ -12,9 +12,15 @@
 // from outside. Beside them, in the same run, one sample per move of two
 // floors (bench/internal/floor): `runc run -d` of a trivial container and
 // a CRIU dump and restore of a trivial process. It prints JSON with
-// medians and p90.
+// medians and p90. With -criu-b, every kind gets a second container moved
+// in turn with the first, whose moves run that other CRIU build (cases
+// with "criu": "b"): a same-run, interleaved A/B of a CRIU change. The
+// daemons run the criu of a symlink the benchmark points at A (the
+// default criu) or B before each move; both builds must take the same
+// options and images.
 //
 //	go run ./bench/migrate -n 20 -sizes 0 -modes copy,lazy
+//	go run ./bench/migrate -n 20 -sizes 0 -modes copy -criu-b /path/to/other/criu
 //	go run ./bench/migrate -n 10 -sizes 0,2048 -modes copy,lazy,precopy
 //	go run ./bench/migrate -kind vm -n 10 -modes copy,lazy   # an idle VM (vm.go)
 package main
@@ -26,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,7 +49,9 @@ type Case struct {
 	SizeMiB int    `json:"size_mib"`
 	Mode    string `json:"mode"`
 	// Security is "unprivileged" (the default) or "privileged".
-	Security       string          `json:"security"`
+	Security string `json:"security"`
+	// Criu is "b" for the moves made with -criu-b's build, else empty.
+	Criu           string          `json:"criu,omitempty"`
 	Moves          int             `json:"moves"`
 	FrozenMs       benchutil.Stats `json:"frozen_ms"`
 	HeartbeatGapMs benchutil.Stats `json:"heartbeat_gap_ms,omitzero"`
@@ -101,6 +110,7 @@ func main() {
 	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
 	vmFaults := flag.String("vm-faults", "", "-kind vm: POINT=ACTION[,...] vesseld --fault for both hosts, the whole run (an A/B arm: migrate.vm.target.claim=fail,migrate.vm.source.watch=fail is vessel before either change)")
 	vmTraceDir := flag.String("vm-trace", "", "-kind vm: write tcpdump -tt of both hosts and the segment around each move, the bridges' forwarding entries and the daemons' logs here (vmtrace.go)")
+	criuBFlag := flag.String("criu-b", "", "a second criu binary: each kind gets a second container, moved in turn with the first, with this criu (cases \"criu\": \"b\"): a same-run A/B")
 	flag.Parse()
 
 	r, bin := benchutil.Start()
@@ -123,6 +133,11 @@ func main() {
 			opts.HostArgs = append(opts.HostArgs, "--fault", f)
 		}
 	}
+	var sel *criuSelector
+	if *criuBFlag != "" {
+		sel = newCriuSelector(r, bin, *criuBFlag)
+		opts.HostArgs = append(opts.HostArgs, "--criu", sel.link)
+	}
 	c := testhost.NewCluster(r, bin, opts)
 
 	res := Result{Benchmark: "migrate", Machine: benchutil.ThisMachine(), DirtyRateMiB: *rate,
@@ -142,26 +157,32 @@ func main() {
 		}
 		// One container per kind, moved in turn (each kind first every
 		// other round): both meet the same machine.
-		subjects := make([]*subject, len(secs))
-		for k, sec := range secs {
-			subjects[k] = launchSubject(r, c, sec, size)
-			startBeat(r, c, "alpha", subjects[k].name, beat, size, *rate)
-			startEcho(c, "alpha", subjects[k].name, echo)
-			subjects[k].client = startClient(r, c, echo, subjects[k].name)
+		var subjects []*subject
+		for _, sec := range secs {
+			subjects = append(subjects, launchSubject(r, c, sec, size, ""))
+			if sel != nil {
+				subjects = append(subjects, launchSubject(r, c, sec, size, "b"))
+			}
+		}
+		for _, sj := range subjects {
+			startBeat(r, c, "alpha", sj.name, beat, size, *rate)
+			startEcho(c, "alpha", sj.name, echo)
+			sj.client = startClient(r, c, echo, sj.name)
 		}
 		if fl.runc == nil { // the busybox image is on alpha now
 			fl.runc = floor.NewRunc(r, c.Host("alpha"))
 		}
 		for _, mode := range strings.Split(*modesFlag, ",") {
 			for _, sj := range subjects {
-				sj.reset(Case{SizeMiB: size, Mode: mode, Security: sj.sec})
+				sj.reset(Case{SizeMiB: size, Mode: mode, Security: sj.sec, Criu: sj.criu})
 			}
 			for i := 0; i < *n; i++ {
 				for k := range subjects {
 					sj := subjects[(i+k)%len(subjects)]
+					sel.use(sj.criu)
 					sj.move(r, c, mode, beat, echo, size, *rate)
-					fmt.Fprintf(os.Stderr, "%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, client gap %v, total %.0f ms%s\n",
-						sj.sec, size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), sj.total[len(sj.total)-1], sj.pullNote(mode))
+					fmt.Fprintf(os.Stderr, "%s%s size %d MiB %s move %d: frozen %.0f ms, heartbeat gap %v, client gap %v, total %.0f ms%s\n",
+						sj.sec, criuNote(sj.criu), size, mode, i, sj.frozen[len(sj.frozen)-1], lastOr(sj.gap, mode), lastOr(sj.clientGap, mode), sj.total[len(sj.total)-1], sj.pullNote(mode))
 					fl.sample()
 				}
 			}
@@ -185,7 +206,10 @@ func main() {
 			if same && a.Security == b.Security && a.Mode == api.MemoryPrecopy && (b.Mode == api.MemoryCopy || b.Mode == api.MemoryLazy) {
 				res.Ratios[fmt.Sprintf("precopy_vs_%s_frozen_%dmib_%s", b.Mode, a.SizeMiB, a.Security)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
 			}
-			if same && a.Mode == b.Mode && a.Security == "unprivileged" && b.Security == "privileged" {
+			if same && a.Mode == b.Mode && a.Security == b.Security && a.Criu == "b" && b.Criu == "" {
+				res.Ratios[fmt.Sprintf("criu_b_vs_a_frozen_%s_%dmib_%s", a.Mode, a.SizeMiB, a.Security)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
+			}
+			if same && a.Mode == b.Mode && a.Criu == b.Criu && a.Security == "unprivileged" && b.Security == "privileged" {
 				res.Ratios[fmt.Sprintf("unprivileged_vs_privileged_frozen_%s_%dmib", a.Mode, a.SizeMiB)] = benchutil.Ratio(a.FrozenMs.Median, b.FrozenMs.Median)
 			}
 		}
@@ -334,20 +358,73 @@ func (cl *client) close() {
 	_ = cl.wait()
 }
 
+// criuSelector is -criu-b's symlink, which the daemons run as their criu
+// (--criu): use points it at the default criu or at B before each move.
+type criuSelector struct {
+	r          *testhost.Runner
+	link, a, b string
+}
+
+func newCriuSelector(r *testhost.Runner, bin, b string) *criuSelector {
+	a, err := exec.LookPath("criu")
+	if err != nil {
+		r.Fatalf("-criu-b: the default criu: %v", err)
+	}
+	if b, err = filepath.Abs(b); err != nil {
+		r.Fatalf("-criu-b: %v", err)
+	}
+	dir := filepath.Join(bin, "criu-ab")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		r.Fatalf("-criu-b: %v", err)
+	}
+	s := &criuSelector{r: r, link: filepath.Join(dir, "criu"), a: a, b: b}
+	s.use("")
+	return s
+}
+
+// use points the link at B for variant "b", else at the default criu
+// (renaming a new link over it: an exec never sees it missing). A nil
+// selector (no -criu-b) does nothing.
+func (s *criuSelector) use(variant string) {
+	if s == nil {
+		return
+	}
+	target := s.a
+	if variant == "b" {
+		target = s.b
+	}
+	tmp := s.link + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		s.r.Fatalf("-criu-b: %v", err)
+	}
+	if err := os.Rename(tmp, s.link); err != nil {
+		s.r.Fatalf("-criu-b: %v", err)
+	}
+}
+
+func criuNote(variant string) string {
+	if variant == "" {
+		return ""
+	}
+	return " (criu " + variant + ")"
+}
+
 // subject is one container a run moves back and forth, and its samples.
 type subject struct {
-	sec, name, at string
-	client        *client
-	cs            Case
+	sec, criu, name, at string
+	client              *client
+	cs                  Case
 	// moved, if set, runs as soon as a move's command returns.
 	moved                                                           func()
 	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
 	memPasses                                                       []float64
 }
 
-// launchSubject launches the container of one kind (security) and size.
-func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int) *subject {
-	sj := &subject{sec: sec, name: fmt.Sprintf("mig%d", size), at: "alpha"}
+// launchSubject launches the container of one kind (security) and size,
+// moved with criu variant ("" or -criu-b's "b").
+func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int, variant string) *subject {
+	sj := &subject{sec: sec, criu: variant, name: fmt.Sprintf("mig%d%s", size, variant), at: "alpha"}
 	var config []string
 	switch sec {
 	case "unprivileged":
@@ -362,7 +439,7 @@ func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int
 }
 
 func (sj *subject) reset(cs Case) {
-	*sj = subject{sec: sj.sec, name: sj.name, at: sj.at, client: sj.client, cs: cs, moved: sj.moved}
+	*sj = subject{sec: sj.sec, criu: sj.criu, name: sj.name, at: sj.at, client: sj.client, cs: cs, moved: sj.moved}
 }
 
 // move moves the container to the other host and records the timing.

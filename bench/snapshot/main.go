@@ -20,7 +20,9 @@
 //     too. The idle container (S = 0) is the same-run floor of the frozen
 //     time;
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
-//     pool, interleaved with the runs above.
+//     pool, interleaved with the runs above (once a round), and each
+//     restore's rate over its own round's fio read (restore_vs_raw_per_run:
+//     its min is the "every run" figure).
 //
 // It prints JSON (medians over -n runs). With -criu-b, every run of a mode
 // is done twice in a row, with the default criu and with the one given
@@ -91,6 +93,11 @@ type ModeResult struct {
 	WriteMBps        benchutil.Stats `json:"write_mb_s"`
 	RestoreMs        benchutil.Stats `json:"restore_ms"`
 	RestoreMBps      benchutil.Stats `json:"restore_mb_s"`
+	// RestoreVsRawPerRun is each run's restore rate over the fio read of
+	// its own round (taken just before it, on the same pool): the disk's
+	// speed changes from minute to minute on a shared machine, so this,
+	// and its Min above all ("every run"), is the restore's own figure.
+	RestoreVsRawPerRun benchutil.Stats `json:"restore_vs_raw_per_run"`
 	// Ratios of the medians to the raw fio medians.
 	WriteVsRaw     float64 `json:"write_vs_raw"`
 	AfterThawVsRaw float64 `json:"after_thaw_write_vs_raw"`
@@ -225,6 +232,7 @@ func (b *bench) diskOnly(res *Result, k int) {
 type samples struct {
 	mr                                                             ModeResult
 	frozen, total, dump, sync, wrate, restore, rrate, after, arate []float64
+	rratio                                                         []float64
 }
 
 // stateful runs n stateful snapshots and restores of container name in
@@ -306,12 +314,14 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 	rms := num(op.Metadata["restore_ms"])
 	s.restore = append(s.restore, rms)
 	s.rrate = append(s.rrate, mbps(mr.PageBytes, rms))
+	raw := b.rawRead[len(b.rawRead)-1] // this round's (stateful calls fio first)
+	s.rratio = append(s.rratio, benchutil.Ratio(s.rrate[i], raw))
 	if memhog {
 		b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 	}
 	b.h.OK("snapshot", "delete", name, snap)
-	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s)",
-		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i])
+	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read)",
+		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i], s.rratio[i])
 }
 
 func (s *samples) summarise() ModeResult {
@@ -327,6 +337,7 @@ func (s *samples) summarise() ModeResult {
 	}
 	mr.RestoreMs = benchutil.Summarise(s.restore)
 	mr.RestoreMBps = benchutil.Summarise(s.rrate)
+	mr.RestoreVsRawPerRun = benchutil.Summarise(s.rratio)
 	return mr
 }
 

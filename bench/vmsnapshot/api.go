@@ -41,9 +41,12 @@ type APIResult struct {
 	Passes    benchutil.Stats `json:"passes"`
 	SaveOfRaw float64         `json:"save_of_raw"`
 	LoadOfRaw float64         `json:"load_of_raw"`
-	FileBytes int64           `json:"file_bytes"`
-	NoDataSum bool            `json:"nodatasum"`
-	Verified  bool            `json:"memhog_verified"`
+	// LoadOfRawPerRun is each load's rate over the fio read of its own
+	// round (taken just before it): its min is the "every run" figure.
+	LoadOfRawPerRun benchutil.Stats `json:"load_of_raw_per_run"`
+	FileBytes       int64           `json:"file_bytes"`
+	NoDataSum       bool            `json:"nodatasum"`
+	Verified        bool            `json:"memhog_verified"`
 	// RestoreTHP: the daemon ran with --vm-restore-thp (the restore's
 	// QEMU kept transparent huge pages; by default it has them off).
 	RestoreTHP bool `json:"restore_thp"`
@@ -90,7 +93,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("setsid /root/memhog %d /root/memhog.ready </dev/null >/dev/null 2>&1 &", res.MemhogMiB))
 		h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /root/memhog.ready ]; do sleep 0.2; done")
 		r.Logf("api %d MiB: memhog filled %d MiB in %s", mib, res.MemhogMiB, time.Since(t0).Round(time.Second))
-		var w, rd, save, load, snapS, restS, frozen, passes []float64
+		var w, rd, save, load, loadRatio, snapS, restS, frozen, passes []float64
 		for i := range n {
 			fw, fr := benchutil.RawDisk(r, fioDir, mib)
 			w, rd = append(w, fw), append(rd, fr)
@@ -122,6 +125,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 			restS = append(restS, time.Since(tr).Seconds())
 			md = op.Metadata
 			load = append(load, mbps(num(md["file_bytes"]), num(md["load_ms"])))
+			loadRatio = append(loadRatio, benchutil.Ratio(load[i], fr))
 			v := h.OK("exec", name, "--", "sh", "-c",
 				"rm -f /root/memhog.ready.verify; kill -USR1 $(pidof memhog) && while [ ! -e /root/memhog.ready.verify ]; do sleep 0.2; done; cat /root/memhog.ready.verify")
 			if strings.TrimSpace(v) != "ok" {
@@ -129,8 +133,8 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 				r.Errorf("%s after restore %d: memhog says %q", name, i, v)
 			}
 			h.OK("snapshot", "delete", name, snap)
-			r.Logf("api %d MiB run %d: snapshot %.2fs (save %.0f MB/s, %v passes, frozen %.0f ms), restore %.2fs (load %.0f MB/s), fio w/r %.0f/%.0f MB/s, memhog %s",
-				mib, i, snapS[i], save[i], passes[i], frozen[i], restS[i], load[i], fw, fr, strings.TrimSpace(v))
+			r.Logf("api %d MiB run %d: snapshot %.2fs (save %.0f MB/s, %v passes, frozen %.0f ms), restore %.2fs (load %.0f MB/s = %.2f x fio read), fio w/r %.0f/%.0f MB/s, memhog %s",
+				mib, i, snapS[i], save[i], passes[i], frozen[i], restS[i], load[i], loadRatio[i], fw, fr, strings.TrimSpace(v))
 		}
 		h.OK("delete", "--force", name)
 		res.Raw.WriteMBps, res.Raw.ReadMBps = benchutil.Summarise(w), benchutil.Summarise(rd)
@@ -139,6 +143,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		res.FrozenMs, res.Passes = benchutil.Summarise(frozen), benchutil.Summarise(passes)
 		res.SaveOfRaw = benchutil.Ratio(res.SaveMBps.Median, res.Raw.WriteMBps.Median)
 		res.LoadOfRaw = benchutil.Ratio(res.LoadMBps.Median, res.Raw.ReadMBps.Median)
+		res.LoadOfRawPerRun = benchutil.Summarise(loadRatio)
 		out = append(out, res)
 	}
 	return out

@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -78,4 +79,45 @@ func TestWriteIdentityMachineID(t *testing.T) {
 			t.Fatalf("/etc/machine-id: %v, %v; want an empty file", fi, err)
 		}
 	})
+}
+
+// TestWriteName: a renamed root gets the new name in /etc/hostname and
+// /etc/hosts (a link in their place replaced, its target untouched) and
+// keeps its machine ID and D-Bus's copy: the same machine.
+func TestWriteName(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef\n"
+	root := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "host-hosts")
+	for p, c := range map[string]string{"etc/machine-id": id, "var/lib/dbus/machine-id": id, "etc/hostname": "web1\n", outside: "host\n"} {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, p)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "etc/hosts")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeName(root, "web2"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"etc/machine-id": id, "var/lib/dbus/machine-id": id, "etc/hostname": "web2\n", outside: "host\n"} {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, p)
+		}
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	fi, err := os.Lstat(filepath.Join(root, "etc/hosts"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("/etc/hosts: %v, %v; want a file", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/hosts")); !strings.Contains(string(b), "127.0.1.1\tweb2\n") {
+		t.Errorf("/etc/hosts: %q", b)
+	}
 }

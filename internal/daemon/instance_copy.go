@@ -138,10 +138,13 @@ func (d *Daemon) copySnapshots(ctx context.Context, op *operations.Operation, r 
 // container's state goes along. A VM's saved state is its memory and
 // devices: the source's MAC (virtio-net's state) and address (the
 // guest's), which the copy's tap filter drops; a VM's copy gets the disk
-// snapshot alone.
+// snapshot alone. Every copied snapshot holds the source's identity
+// (hostname, hosts file, machine ID): a restore in the copy gives the
+// copy its own again (restoreIdentity), the disk is not rewritten here.
 func snapshotForCopy(s state.Snapshot, vm bool) state.Snapshot {
 	if vm && s.Stateful {
 		s.Stateful, s.MemoryBytes = false, 0
 	}
+	s.ForeignIdentity = true
 	return s
 }

@@ -255,15 +255,17 @@ func TestVMCopySnapshotsDiskOnly(t *testing.T) {
 }
 
 func TestSnapshotForCopy(t *testing.T) {
+	// Every copied snapshot holds the source's identity.
+	marked := func(s state.Snapshot) state.Snapshot { s.ForeignIdentity = true; return s }
 	s := state.Snapshot{Name: "s", Stateful: true, DiskBytes: 10, MemoryBytes: 20}
-	if got := snapshotForCopy(s, false); !reflect.DeepEqual(got, s) {
+	if got := snapshotForCopy(s, false); !reflect.DeepEqual(got, marked(s)) {
 		t.Errorf("container: %+v", got)
 	}
-	if got := snapshotForCopy(s, true); got.Stateful || got.MemoryBytes != 0 || got.DiskBytes != 10 {
+	if got := snapshotForCopy(s, true); got.Stateful || got.MemoryBytes != 0 || got.DiskBytes != 10 || !got.ForeignIdentity {
 		t.Errorf("VM: %+v", got)
 	}
 	d := state.Snapshot{Name: "d", DiskBytes: 10}
-	if got := snapshotForCopy(d, true); !reflect.DeepEqual(got, d) {
+	if got := snapshotForCopy(d, true); !reflect.DeepEqual(got, marked(d)) {
 		t.Errorf("VM disk snapshot: %+v", got)
 	}
 }

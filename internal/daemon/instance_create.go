@@ -145,20 +145,44 @@ func (d *Daemon) createFrom(ctx context.Context, op *operations.Operation, rec s
 	return nil
 }
 
-// writeIdentity gives a new root filesystem its hostname and hosts entry,
-// and a machine identity of its own (identity.ResetMachineID). Every access goes
-// through an os.Root of the rootfs: a symlink the image or the container
-// planted (/etc -> /some/host/dir, or /etc/hosts -> /host/file) either
-// resolves inside the rootfs or fails the write; it is never followed out
-// to the host.
+// writeIdentity gives a new root filesystem its hostname and hosts entry
+// (writeName), and a machine identity of its own
+// (identity.ResetMachineID).
 func writeIdentity(rootfs, name string) error {
+	return inRoot(rootfs, func(root *os.Root) error {
+		if err := writeNameIn(root, name); err != nil {
+			return err
+		}
+		return identity.ResetMachineID(root)
+	})
+}
+
+// writeName gives a root filesystem the instance's name in /etc/hostname
+// and /etc/hosts, and keeps its machine ID: the same machine under a new
+// name (a move that renames, a snapshot restored after one).
+func writeName(rootfs, name string) error {
+	return inRoot(rootfs, func(root *os.Root) error { return writeNameIn(root, name) })
+}
+
+// inRoot runs f on an os.Root of the rootfs: a symlink the image or the
+// container planted (/etc -> /some/host/dir, or /etc/hosts -> /host/file)
+// either resolves inside the rootfs or fails the write; it is never
+// followed out to the host.
+func inRoot(rootfs string, f func(*os.Root) error) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return fmt.Errorf("write identity: %w", err)
 	}
 	defer root.Close()
+	if err := f(root); err != nil {
+		return fmt.Errorf("write identity: %w", err)
+	}
+	return nil
+}
+
+func writeNameIn(root *os.Root, name string) error {
 	if err := root.MkdirAll("etc", 0o755); err != nil {
-		return fmt.Errorf("write identity: /etc: %w", err)
+		return fmt.Errorf("/etc: %w", err)
 	}
 	files := map[string]string{
 		"hostname": name + "\n",
@@ -169,15 +193,12 @@ func writeIdentity(rootfs, name string) error {
 		// A symlink in its place is replaced, not written through.
 		if fi, err := root.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 			if err := root.Remove(p); err != nil {
-				return fmt.Errorf("write identity: /%s: %w", p, err)
+				return fmt.Errorf("/%s: %w", p, err)
 			}
 		}
 		if err := root.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("write identity: /%s: %w", p, err)
+			return fmt.Errorf("/%s: %w", p, err)
 		}
-	}
-	if err := identity.ResetMachineID(root); err != nil {
-		return fmt.Errorf("write identity: %w", err)
 	}
 	return nil
 }

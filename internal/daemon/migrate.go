@@ -93,11 +93,11 @@ func (d *Daemon) dropMigrationDirs(name string) {
 func toWire(i state.Instance) migration.Instance {
 	return migration.Instance{Name: i.Name, Image: i.Image, Created: i.Created, Config: i.Config,
 		Init: i.Init, Env: i.Env, Cwd: i.Cwd, StopSignal: i.StopSignal, OS: migration.OS(i.OS), Address: i.Address,
-		IDMap: (*migration.IDMap)(i.IDMap), Type: i.Type}
+		IDMap: (*migration.IDMap)(i.IDMap), Type: i.Type, NewIdentity: i.NewIdentity}
 }
 
 func fromWire(w migration.Instance) state.Instance {
 	return state.Instance{Name: w.Name, Image: w.Image, Created: w.Created, Config: w.Config,
 		Init: w.Init, Env: w.Env, Cwd: w.Cwd, StopSignal: w.StopSignal, OS: state.OS(w.OS), Address: w.Address,
-		IDMap: (*state.IDMap)(w.IDMap), Type: w.Type}
+		IDMap: (*state.IDMap)(w.IDMap), Type: w.Type, NewIdentity: w.NewIdentity}
 }

@@ -238,7 +238,7 @@ func (m *migrationSource) connect(ctx context.Context, peer state.Peer, wasRunni
 	}()
 	wire := toWire(m.inst.record())
 	wire.Name = req.Name
-	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, Live: req.Live,
+	hello := migration.Hello{Version: migration.Version, Source: d.cfg.Name, Instance: wire, SourceName: m.name, Live: req.Live,
 		Memory: req.Memory, Start: wasRunning && !req.Copy, KeepAddress: !req.Copy, TransferFormat: d.storage.Info().TransferFormat,
 		Snapshots: snapshots, VMDiskSize: m.vmDiskSize}
 	// A post-copy move gets a page link, and so does auto's pre-copy

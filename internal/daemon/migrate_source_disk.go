@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -28,7 +29,10 @@ func (m *migrationSource) sendSnapshots(ctx context.Context, snaps []state.Snaps
 			s = snapshotForCopy(s, isVM(m.inst)) // instance_copy.go
 		}
 		rec := migration.SnapshotRecord{Name: s.Name, Created: s.Created, Stateful: s.Stateful, DiskBytes: s.DiskBytes,
-			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS)}
+			MemoryBytes: s.MemoryBytes, FrozenMs: s.FrozenMs, Config: s.Config, OS: migration.OS(s.OS), ForeignIdentity: s.ForeignIdentity,
+			// A record from before TakenAs: taken, at the latest, under
+			// the name the instance has now.
+			TakenAs: cmp.Or(s.TakenAs, s.Instance)}
 		if err := m.sess.Send(migration.Message{Type: migration.MsgSnapshot, Record: &rec}); err != nil {
 			return err
 		}

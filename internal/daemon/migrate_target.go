@@ -112,6 +112,8 @@ type migrationTarget struct {
 	pre   *preLazy
 	// rootReady: prepareRoot mounted the volume for the restore.
 	rootReady bool
+	// imagesNamed: nameImages has run (a live move that renames).
+	imagesNamed bool
 	// committed: the volume is made from the last pass (commitDisk, or
 	// commitErr); started: start has taken it over.
 	committed, started bool
@@ -182,8 +184,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 	rec := fromWire(hello.Instance)
 	rec.State = state.StateStopped
 	// A VM's copy (a move keeps its address): its first boot empties the
-	// guest's machine ID (a container's copy has it emptied in start).
-	rec.NewIdentity = rec.IsVM() && !hello.KeepAddress
+	// guest's machine ID (a container's copy has it emptied in start). A
+	// VM moving before the boot that would have emptied it keeps the mark.
+	rec.NewIdentity = rec.IsVM() && (rec.NewIdentity || !hello.KeepAddress)
 	if err := d.admitPeerInstance(&rec, hello.Live); err != nil {
 		return err
 	}
@@ -376,11 +379,17 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	r.Add(func() { d.undo("delete volume", m.name, d.storage.DeleteVolume(context.Background(), vol)) })
 	r.Add(m.releaseRoot) // first: the mounts hold the volume
 	d.log.Debug("migration target: root filesystem ready", "name", m.name, "took", time.Since(t0))
-	if !m.hello.KeepAddress && !m.inst.record().IsVM() {
+	switch {
+	case m.inst.record().IsVM(): // its name is on its kernel command line
+	case !m.hello.KeepAddress:
 		// A copy (a move keeps its address): its own name and machine
-		// identity, as a local copy's (a VM's name is on its kernel
-		// command line).
+		// identity, as a local copy's.
 		if err := writeIdentity(d.storage.Path(vol), m.name); err != nil {
+			return err
+		}
+	case m.renamed():
+		// A move that renames: the same machine (its machine ID kept).
+		if err := writeName(d.storage.Path(vol), m.name); err != nil {
 			return err
 		}
 	}
@@ -402,6 +411,12 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	dropJournal := func(tx *state.Tx) error { return tx.DeleteMigration(m.name) }
 	switch {
 	case m.hello.Live:
+		if err := m.nameImages(); err != nil { // done early, mostly
+			if m.lazy != nil {
+				m.lazy.Kill()
+			}
+			return err
+		}
 		if err := m.restore(ctx, dropJournal); err != nil {
 			return err
 		}

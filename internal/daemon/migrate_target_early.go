@@ -46,8 +46,13 @@ func (m *migrationTarget) beginStart(ctx context.Context) {
 		}
 		if m.rst != nil {
 			// Complete: the page files all came before the images
-			// (waitPages), and nothing writes here any more.
-			wg.Go(func() { e.checkErr = m.rst.CheckImages() })
+			// (waitPages), and nothing writes here any more but a
+			// rename's nameImages, first.
+			wg.Go(func() {
+				if e.checkErr = m.nameImages(); e.checkErr == nil {
+					e.checkErr = m.rst.CheckImages()
+				}
+			})
 		}
 		if !committed {
 			_ = m.commitDisk(ctx) // start reads its error

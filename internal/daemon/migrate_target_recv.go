@@ -236,7 +236,7 @@ func (m *migrationTarget) receiveSnapshot(ctx context.Context, msg migration.Mes
 	}
 	if err := d.state.CreateSnapshot(state.Snapshot{Instance: m.name, Name: rec.Name, Created: rec.Created,
 		Stateful: rec.Stateful, DiskBytes: rec.DiskBytes, MemoryBytes: rec.MemoryBytes, FrozenMs: rec.FrozenMs,
-		Config: rec.Config, OS: state.OS(rec.OS)}); err != nil {
+		Config: rec.Config, OS: state.OS(rec.OS), ForeignIdentity: rec.ForeignIdentity, TakenAs: rec.TakenAs}); err != nil {
 		return err
 	}
 	r.Add(func() { d.undo("delete snapshot record", m.name, d.state.DeleteSnapshot(m.name, rec.Name)) })

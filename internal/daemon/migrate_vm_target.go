@@ -215,6 +215,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 		d.log.Warn("migration: resumed not delivered", "name", name, "err", err)
 	}
 	release()
+	go m.renameGuest(context.WithoutCancel(ctx)) // migrate_target_rename.go
 	if st.Status != "completed" {
 		// Post-copy: the pages follow; wait for QEMU to have them all.
 		m.op.SetMetadata(map[string]any{"phase": "post-copy"})

@@ -133,6 +133,7 @@ func (d *Daemon) snapshotLocked(ctx context.Context, op *operations.Operation, i
 		FrozenMs: ms(frozen),
 		Config:   rec.Config,
 		OS:       rec.OS,
+		TakenAs:  name,
 	}
 	if ck != nil {
 		op.SetMetadata(map[string]any{api.MetaStage: "sync"})

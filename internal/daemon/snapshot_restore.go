@@ -83,14 +83,24 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 }
 
 // rollbackDisk replaces the container's volume by a writable clone of the
-// snapshot. The record says so (RollingBack) from before the old volume
-// goes until the new one is in place: a daemon that dies in between finds
-// it at its next start and does it again (reconcile). The snapshot itself
-// is untouched, so a failure here can be retried.
+// snapshot, with the instance's own identity if the snapshot holds
+// another's (restoreIdentity). The record says so (RollingBack) from
+// before the old volume goes until the new one is in place: a daemon that
+// dies in between finds it at its next start and does it again
+// (reconcile). The snapshot itself is untouched, so a failure here can be
+// retried.
 func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) error {
+	srec, err := d.state.GetSnapshot(inst.name, snap)
+	if err != nil {
+		return err
+	}
+	vm := inst.record().IsVM()
 	mark := func(s string) error {
 		return d.save(inst, func(_ *state.Tx, rec *state.Instance) error {
 			rec.RollingBack = s
+			if s == "" && restoreIdentity(srec, inst.name, vm) == identityNewBoot {
+				rec.NewIdentity = true
+			}
 			return nil
 		})
 	}
@@ -105,7 +115,64 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 	if err := d.storage.CloneVolume(ctx, vol, snapshotVolume(inst.name, snap), false); err != nil {
 		return fmt.Errorf("restore the disk from snapshot %q (retry the restore): %w", snap, err)
 	}
+	switch restoreIdentity(srec, inst.name, vm) {
+	case identityRewrite:
+		if err := writeIdentity(d.storage.Path(vol), inst.name); err != nil {
+			return fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	case identityRename:
+		if err := writeName(d.storage.Path(vol), inst.name); err != nil {
+			return fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	}
 	return mark("")
+}
+
+// What a restore does to the instance's identity (restoreIdentity).
+type identityAction int
+
+const (
+	// identityKeep: the snapshot is the instance's own; its files and
+	// machine ID are the instance's, kept as they were.
+	identityKeep identityAction = iota
+	// identityRewrite: a container's restored root gets the instance's
+	// hostname and hosts file and an empty machine ID (writeIdentity, as
+	// a copy's root does), and a stateful restore the instance's name in
+	// its UTS namespace (runtime.SetUTSName).
+	identityRewrite
+	// identityNewBoot: a VM's next boot empties the guest's machine ID
+	// (state.Instance.NewIdentity); its init names it at every boot.
+	identityNewBoot
+	// identityRename: the snapshot is the instance's own, taken under
+	// another name (a move renamed it since): a container's restored
+	// root gets the instance's hostname and hosts file and keeps its
+	// machine ID (writeName), and a stateful restore the instance's
+	// name in its UTS namespace.
+	identityRename
+)
+
+// restoreIdentity decides what a restore of snapshot s does to the
+// identity of the instance restoring it (name; vm: a virtual machine). A
+// snapshot that holds another machine's identity (a copy's, taken in its
+// source: ForeignIdentity) must not bring it back, whatever the names: a
+// copy to another host may take its source's name, and a copy that moves
+// on, renamed or not, keeps the mark. One of the instance's own brings
+// back its own machine ID; only its name may be out of date, where a
+// move renamed the instance after the snapshot was taken (TakenAs; a
+// record from before TakenAs, "", is taken to be under the current
+// name). A VM's name is not on its disk: its init takes it from the
+// kernel command line at each boot.
+func restoreIdentity(s state.Snapshot, name string, vm bool) identityAction {
+	switch {
+	case s.ForeignIdentity && vm:
+		return identityNewBoot
+	case s.ForeignIdentity:
+		return identityRewrite
+	case !vm && s.TakenAs != "" && s.TakenAs != name:
+		return identityRename
+	default:
+		return identityKeep
+	}
 }
 
 // restoreLaunch returns the launch step of a stateful restore: runc
@@ -116,10 +183,23 @@ func (d *Daemon) rollbackDisk(ctx context.Context, inst *instance, snap string) 
 // but on this 2-core host that was 15-20 % slower than CRIU alone in every
 // bench/snapshot run (the two compete for the CPU that checksums and
 // copies the pages), so it is gone. The images' user namespace is first
-// made the instance's (runtime.MapUserns).
+// made the instance's (runtime.MapUserns), and a copy's snapshot's UTS
+// namespace, or that of a snapshot taken under another name, named after
+// it (runtime.SetUTSName; restoreIdentity).
 func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFunc {
 	return func(bundle, logPath string) (runtime.Process, error) {
 		images := d.storage.Path(checkpointVolume(name, snap))
+		srec, err := d.state.GetSnapshot(name, snap)
+		if err != nil {
+			return runtime.Process{}, err
+		}
+		if a := restoreIdentity(srec, name, false); a == identityRewrite || a == identityRename {
+			// A copy's snapshot, or one taken before a move renamed
+			// the instance: its UTS namespace has the other name.
+			if err := runtime.SetUTSName(images, name); err != nil {
+				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
+			}
+		}
 		idmap := d.snapshotIDMap(name)
 		if idmap != nil {
 			// A copy's snapshot, or one that moved cold, was taken under

@@ -95,7 +95,7 @@ func (d *Daemon) snapshotVMLocked(ctx context.Context, op *operations.Operation,
 
 	t0 := time.Now()
 	snapRec := state.Snapshot{Instance: name, Name: req.Name, Created: t0.UTC(), Stateful: req.Stateful,
-		Config: rec.Config, OS: rec.OS}
+		Config: rec.Config, OS: rec.OS, TakenAs: name}
 	meta := map[string]any{}
 	switch {
 	case !running:

@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 6
+const Version = 8
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -65,6 +65,10 @@ type Instance struct {
 	// Type is the instance's type (state.TypeVM for a virtual machine;
 	// empty: a container).
 	Type string `json:"type,omitempty"`
+	// NewIdentity is state.Instance's: a VM whose next boot empties the
+	// guest's machine ID (a copy not booted yet, or one whose snapshot
+	// from its source was restored) keeps that through a move.
+	NewIdentity bool `json:"new_identity,omitempty"`
 }
 
 // IDMap is a container's user namespace map (state.IDMap).
@@ -84,9 +88,14 @@ type OS struct {
 
 // Hello opens a session (source -> target).
 type Hello struct {
-	Version  int      `json:"version"`
-	Source   string   `json:"source"`
+	Version int    `json:"version"`
+	Source  string `json:"source"`
+	// Instance is the instance's record, under the name it takes on the
+	// target.
 	Instance Instance `json:"instance"`
+	// SourceName is its name on the source: another than Instance.Name
+	// in a move that renames (version 8).
+	SourceName string `json:"source_name"`
 	// Live keeps the container running through the move.
 	Live bool `json:"live"`
 	// Memory is api.MemoryLazy, api.MemoryCopy or api.MemoryPrecopy
@@ -147,6 +156,12 @@ type SnapshotRecord struct {
 	FrozenMs    float64           `json:"frozen_ms"`
 	Config      map[string]string `json:"config,omitempty"`
 	OS          OS                `json:"os"`
+	// ForeignIdentity is state.Snapshot's (a copy's snapshots, and the
+	// snapshots of a copy that moves, hold another machine's identity).
+	ForeignIdentity bool `json:"foreign_identity,omitempty"`
+	// TakenAs is state.Snapshot's (the instance's name when it was
+	// taken); version 8.
+	TakenAs string `json:"taken_as,omitempty"`
 }
 
 // Message types, in protocol order.

@@ -203,6 +203,12 @@ func TestPageToken(t *testing.T) {
 func BenchmarkPageLink(b *testing.B) {
 	lp, ps := pull(b)
 	go servePagesFake2(ps)
+	pullChunks(b, lp)
+}
+
+// pullChunks pulls b.N chunks of 4 MiB through lazy-pages' end lp, 4
+// requests in flight (as lazy-pages does).
+func pullChunks(b *testing.B, lp net.Conn) {
 	const chunk = 4 << 20
 	b.SetBytes(chunk)
 	req := make([]byte, 8)
@@ -283,25 +289,7 @@ func BenchmarkSessionStream(b *testing.B) {
 	}
 	go copyBoth(lpRelay, st)
 	go servePagesFake2(ps)
-	const chunk = 4 << 20
-	b.SetBytes(chunk)
-	req := make([]byte, 8)
-	binary.LittleEndian.PutUint64(req, chunk)
-	buf := make([]byte, chunk)
-	inflight := 0
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for inflight < 4 {
-			if _, err := lp.Write(req); err != nil {
-				b.Fatal(err)
-			}
-			inflight++
-		}
-		if _, err := io.ReadFull(lp, buf); err != nil {
-			b.Fatal(err)
-		}
-		inflight--
-	}
+	pullChunks(b, lp)
 }
 
 func copyBoth(a, b net.Conn) {

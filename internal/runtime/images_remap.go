@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/userns"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/utsns"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vesselhost/vessel/internal/shim"
@@ -70,4 +71,34 @@ func rewriteImage(path string, e proto.Message) error {
 		return fmt.Errorf("rewrite %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// SetUTSName makes the checkpoint in dir restore with nodename as the
+// name of its UTS namespace. CRIU saves the namespace's nodename and
+// domainname in its image (utsns-N.img) and a restore sets them again, so
+// a checkpoint taken in another instance (a copy's snapshot) would come
+// back under the source's hostname. The images hold at most one UTS
+// namespace (CRIU dumps no nested one); more are refused (ErrImages).
+// Images without one (the tasks in the dumping CRIU's) are left alone, as
+// is a name that is nodename already; the domain name is kept.
+func SetUTSName(dir, nodename string) error {
+	paths, err := filepath.Glob(filepath.Join(dir, "utsns-*.img"))
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(paths) == 0:
+		return nil
+	case len(paths) > 1:
+		return fmt.Errorf("%w: %d UTS namespaces", ErrImages, len(paths))
+	}
+	var ue utsns.UtsnsEntry
+	if err := readImage(paths[0], &ue, nil); err != nil {
+		return err
+	}
+	if ue.GetNodename() == nodename {
+		return nil
+	}
+	ue.Nodename = proto.String(nodename)
+	return rewriteImage(paths[0], &ue)
 }

@@ -12,7 +12,9 @@ import (
 )
 
 // SnapshotVersion is the format version of Snapshot records.
-const SnapshotVersion = 1
+// Version 2 added ForeignIdentity (absent in a version 1 record: false),
+// version 3 TakenAs (absent before: "", the name is not known).
+const SnapshotVersion = 3
 
 // Snapshot is a container snapshot's durable record: a read-only copy of
 // its disk and, when Stateful, a checkpoint of its memory and processes
@@ -33,6 +35,16 @@ type Snapshot struct {
 	// Config is the container's configuration when the snapshot was taken.
 	Config map[string]string `json:"config,omitempty"`
 	OS     OS                `json:"os"`
+	// ForeignIdentity says the snapshot's disk holds another machine's
+	// identity (a copy's snapshot holds its source's hostname, hosts file
+	// and machine ID): a restore gives the instance its own again.
+	ForeignIdentity bool `json:"foreign_identity,omitempty"`
+	// TakenAs is the instance's name when the snapshot was taken: the
+	// name in its disk's /etc/hostname and /etc/hosts and in its
+	// checkpoint's UTS namespace. A move that renames the instance
+	// carries it unchanged, so a restore gives the instance its new name
+	// back (and keeps its machine ID: it is the same machine).
+	TakenAs string `json:"taken_as,omitempty"`
 }
 
 // Key returns the snapshot's key, "INSTANCE/NAME".

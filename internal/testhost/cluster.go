@@ -2,16 +2,12 @@ package testhost
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-
-	"github.com/vishvananda/netns"
 )
 
 // A Cluster is several test hosts on one machine, as live migration needs
@@ -370,41 +366,9 @@ func (c *Cluster) Teardown() {
 }
 
 // InClient runs fn on an OS thread of its own moved into the client's
-// network namespace (sockets fn makes stay there), then moves the thread
-// back.
+// network namespace (InNetns).
 func (c *Cluster) InClient(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromName(c.spec.Client)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// The thread stays locked: the runtime ends it with its goroutine.
-			errc <- errors.Join(ferr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return InNetns(c.spec.Client, fn)
 }
 
 // ClientCommand is a command run in the client's network namespace.

@@ -47,14 +47,36 @@ func subvolumeField(t *testing.T, path, field string) string {
 	return ""
 }
 
+// sourceMachineID is the machine ID the tests' sources write themselves
+// (busybox has no systemd to make one).
+const sourceMachineID = "0123456789abcdef0123456789abcdef\n"
+
+// identity is what a container says of itself: its hostname (its UTS
+// namespace's), /etc/hostname, its /etc/hosts line for itself and
+// /etc/machine-id.
+func identity(t *testing.T, exec func(args ...string) string, ref string) string {
+	t.Helper()
+	return exec("exec", ref, "--", "sh", "-c", "hostname; cat /etc/hostname; grep '^127.0.1.1' /etc/hosts; cat /etc/machine-id")
+}
+
+// identityOf is identity's expectation for a container named name with
+// machine ID id ("" for an empty /etc/machine-id).
+func identityOf(name, id string) string {
+	return name + "\n" + name + "\n127.0.1.1\t" + name + "\n" + id
+}
+
 // TestCopyWithSnapshots: a local copy of a container (btrfs) gets its
 // snapshots, each a read-only snapshot of the source's (constant time);
 // they outlive the source, a disk snapshot of the copy restores, and a
 // stateful one brings the counter back in the copy's own user namespace
-// and address. --instance-only and a copy of a snapshot get none.
+// and address. --instance-only and a copy of a snapshot get none. The
+// snapshots hold the source's identity: restored in the copy, both give
+// it its own (hostname, hosts, an empty machine ID; after the stateful
+// one its UTS name too); restored in the source, its own stays.
 func TestCopyWithSnapshots(t *testing.T) {
 	h := newHost(t)
 	h.OK("launch", "busybox", "c1")
+	h.OK("exec", "c1", "--", "sh", "-c", "printf '"+sourceMachineID+"' > /etc/machine-id")
 	h.OK("exec", "c1", "--", "sh", "-c", "echo one > /root/v")
 	h.OK("snapshot", "create", "c1", "first")
 	h.startCounter("c1")
@@ -92,6 +114,18 @@ func TestCopyWithSnapshots(t *testing.T) {
 		}
 	}
 
+	// The source restoring its own snapshots keeps its own identity.
+	h.OK("snapshot", "restore", "c1", "first")
+	h.OK("start", "c1")
+	if got := identity(t, h.OK, "c1"); got != identityOf("c1", sourceMachineID) {
+		t.Errorf("the source after restoring first:\n%s", got)
+	}
+	h.OK("snapshot", "restore", "c1", "second", "--stateful", "--force")
+	if got := identity(t, h.OK, "c1"); got != identityOf("c1", sourceMachineID) {
+		t.Errorf("the source after restoring second (stateful):\n%s", got)
+	}
+	h.OK("stop", "--force", "c1")
+
 	// The source goes, snapshots and all; the copy's stay and restore.
 	h.OK("delete", "c1")
 	h.assertNoSnapshotTraces("c1", "second")
@@ -107,7 +141,13 @@ func TestCopyWithSnapshots(t *testing.T) {
 	if got := h.read("c2", "/root/v"); got != "one\n" {
 		t.Errorf("the copy after restoring first: %q", got)
 	}
+	if got := identity(t, h.OK, "c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy after restoring first:\n%s", got)
+	}
 	h.OK("snapshot", "restore", "c2", "second", "--stateful", "--force")
+	if got := identity(t, h.OK, "c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy after restoring second (stateful):\n%s", got)
+	}
 	after := h.count("c2")
 	if after < atSnap || after >= beforeStop {
 		t.Errorf("counter after the copy's stateful restore = %d, want it to go on from %d (below %d)", after, atSnap, beforeStop)
@@ -185,11 +225,15 @@ func TestCopyWithSnapshotsDir(t *testing.T) {
 // container, frozen while read) gets its snapshots there, a stateful one
 // with its memory, restored in the copy's own id block and address; the
 // source keeps its own. --instance-only leaves them. A copy the target
-// fails leaves nothing there.
+// fails leaves nothing there. Restored in the copy, there or after it
+// moved on, the snapshots give it its own identity; in the source, the
+// source's.
 func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	c := newCluster(t)
 	c.OK("launch", "busybox", "alpha:c1")
-	c.OK("exec", "alpha:c1", "--", "sh", "-c", "echo one > /root/v")
+	// The guest wrote itself a machine ID before its snapshots.
+	const machineID = sourceMachineID
+	c.OK("exec", "alpha:c1", "--", "sh", "-c", "echo one > /root/v; printf '"+machineID+"' > /etc/machine-id")
 	c.OK("snapshot", "create", "alpha:c1", "first")
 	c.OK("exec", "alpha:c1", "--", "sh", "-c", "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/count.new; mv /root/count.new /root/count; sleep 0.05; done' </dev/null >/dev/null 2>&1 &")
 	eventually(t, "the counter to start", func() bool {
@@ -231,8 +275,6 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	// A copy is a machine of its own: its name in /etc/hostname and
 	// /etc/hosts, the source's machine ID emptied (systemd makes one at
 	// its first boot).
-	const machineID = "0123456789abcdef0123456789abcdef\n"
-	c.OK("exec", "alpha:c1", "--", "sh", "-c", "printf "+strings.TrimSpace(machineID)+"'\\n' > /etc/machine-id")
 	c.OK("copy", "alpha:c1", "beta:c2")
 	c.OK("copy", "alpha:c1", "beta:c3", "--instance-only")
 	if got := c.OK("exec", "alpha:c1", "--", "cat", "/root/v"); got != "three\n" {
@@ -264,6 +306,11 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 			}
 		}
 	}
+	// The source restoring its own snapshot keeps its own identity.
+	c.OK("snapshot", "restore", "alpha:c1", "second", "--stateful", "--force")
+	if got := identity(t, c.OK, "alpha:c1"); got != identityOf("c1", machineID) {
+		t.Errorf("the source after restoring second (stateful):\n%s", got)
+	}
 	c.OK("delete", "--force", "alpha:c1")
 	// The copy's id block is its own (chosen at its first start).
 	c.OK("start", "beta:c2")
@@ -275,6 +322,9 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	if got := c.OK("exec", "beta:c2", "--", "cat", "/proc/1/uid_map"); got != copyMap {
 		t.Errorf("restored into id map %q, the copy's is %q", got, copyMap)
 	}
+	if got := identity(t, c.OK, "beta:c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy after restoring second (stateful):\n%s", got)
+	}
 	cp := instanceOn(t, c, "beta:c2")
 	if got := c.OK("exec", "beta:c2", "--", "ip", "-4", "addr", "show", "eth0"); !strings.Contains(got, cp.IPv4+"/") {
 		t.Errorf("eth0 of the restored copy (its address is %s):\n%s", cp.IPv4, got)
@@ -283,6 +333,16 @@ func TestCopyWithSnapshotsToPeer(t *testing.T) {
 	c.OK("snapshot", "restore", "beta:c2", "first", "--force")
 	if got := c.OK("exec", "beta:c2", "--", "cat", "/root/v"); got != "one\n" {
 		t.Errorf("the copy after restoring first: %q", got)
+	}
+	if got := identity(t, c.OK, "beta:c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy after restoring first:\n%s", got)
+	}
+	// Its snapshots keep their mark when it moves: restored on alpha,
+	// the stateful one still comes back as the copy, not as c1.
+	c.OK("move", "beta:c2", "alpha:", "--live")
+	c.OK("snapshot", "restore", "alpha:c2", "second", "--stateful", "--force")
+	if got := identity(t, c.OK, "alpha:c2"); got != identityOf("c2", "") {
+		t.Errorf("the copy moved to alpha after restoring second (stateful):\n%s", got)
 	}
 	noLeftovers(t, c, "c1")
 	noLeftovers(t, c, "c2")

@@ -23,7 +23,9 @@ import (
 // its own name, address, MAC and hostname, the source's disk (the source
 // runs on) and its snapshots as disk snapshots (the stateful one's memory
 // is the source's MAC and address: it stays behind); the copy's snapshot
-// restores, and a local copy of the stopped copy gets the snapshots too.
+// restores, with the copy's name and not the source's machine ID (a
+// snapshot the source restores keeps its own), and a local copy of the
+// stopped copy gets the snapshots too.
 // One guest runs at a time.
 func TestVMColdMoveAndCopy(t *testing.T) {
 	c := newCluster(t)
@@ -34,7 +36,9 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 	pid := strings.TrimSpace(c.OK("exec", "alpha:vm1", "--", "sh", "-c", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!"))
 	mac := strings.TrimSpace(c.OK("exec", "alpha:vm1", "--", "cat", "/sys/class/net/eth0/address"))
 	c.OK("snapshot", "create", "alpha:vm1", "s1", "--stateful")
-	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo two > /root/v; sync")
+	// d1 holds a machine ID the guest wrote itself (busybox has no
+	// systemd to make one).
+	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo two > /root/v; echo vm1id > /etc/machine-id; sync")
 	c.OK("snapshot", "create", "alpha:vm1", "d1")
 	c.OK("exec", "alpha:vm1", "--", "sh", "-c", "echo three > /root/v; sync")
 
@@ -87,7 +91,8 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 	c.OK("snapshot", "restore", "beta:vm1", "s1", "--stateful", "--force")
 	guest("beta:vm1", "cat /root/v /mnt/ram/x; kill -0 "+pid+" && echo alive", "one\nram1\nalive\n")
 	c.OK("snapshot", "restore", "beta:vm1", "d1", "--force")
-	guest("beta:vm1", "cat /root/v", "two\n")
+	// Its own snapshot: its own machine ID stays.
+	guest("beta:vm1", "cat /root/v /etc/machine-id; hostname", "two\nvm1id\nvm1\n")
 
 	// beta fails to start it on alpha: it boots again on beta, snapshots
 	// and all; alpha keeps nothing.
@@ -146,8 +151,14 @@ func TestVMColdMoveAndCopy(t *testing.T) {
 	guest("beta:vm2", "cat /root/v; hostname; test -s /etc/machine-id && echo kept || echo emptied", "four\nvm2\nemptied\n")
 	c.OK("stop", "beta:vm2", "--force")
 	// The copy's snapshot is its own: it restores after the source's goes.
+	// It is the source's disk: the boot after its restore (not the
+	// copy's first) empties the source's machine ID again, and the guest
+	// is named the copy's.
 	c.OK("snapshot", "delete", "alpha:vm1", "d1")
 	c.OK("snapshot", "restore", "beta:vm2", "d1")
+	c.OK("start", "beta:vm2")
+	guest("beta:vm2", "cat /root/v /etc/hostname; hostname; test -s /etc/machine-id && echo kept || echo emptied", "two\nvm2\nvm2\nemptied\n")
+	c.OK("stop", "beta:vm2", "--force")
 
 	// Here: a stopped VM's copy, with the snapshots.
 	c.OK("copy", "beta:vm2", "vm3") // on beta

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/network"
@@ -380,8 +377,8 @@ func TestInboundConnectionRefused(t *testing.T) {
 		t.Errorf("container to container: read %q, want hello", out)
 	}
 
-	ext := newOutside(t, h.Subnet())
-	_, err := ext.dial(target)
+	ext := testhost.NewOutside(t, "vs", "198.51.100.5", "198.51.100.6", h.Subnet()) // TEST-NET-2
+	_, err := ext.Dial(target)
 	if err == nil {
 		t.Fatalf("a connection from outside the host to %s was accepted", target)
 	}
@@ -391,7 +388,7 @@ func TestInboundConnectionRefused(t *testing.T) {
 	t.Logf("connect from outside: %v", err)
 
 	// Outbound still works, and its answers come back in.
-	ln := ext.listen("8081")
+	ln := ext.Listen("8081")
 	got := make(chan string, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -405,7 +402,7 @@ func TestInboundConnectionRefused(t *testing.T) {
 		_, _ = c.Write([]byte("pong\n"))
 		got <- line
 	}()
-	out := h.OK("exec", "cli", "--", "sh", "-c", "echo ping | nc -w 10 "+ext.addr+" 8081")
+	out := h.OK("exec", "cli", "--", "sh", "-c", "echo ping | nc -w 10 "+ext.Addr+" 8081")
 	select {
 	case line := <-got:
 		if line != "ping\n" || !strings.Contains(out, "pong") {
@@ -414,87 +411,6 @@ func TestInboundConnectionRefused(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the outside never saw the container's connection")
 	}
-}
-
-// outside is a network namespace routed through the host: a veth from the
-// host's namespace, and a route to the containers' subnet via the host.
-type outside struct {
-	t    *testing.T
-	ns   string
-	addr string
-}
-
-func newOutside(t *testing.T, subnet netip.Prefix) *outside {
-	t.Helper()
-	id := fmt.Sprintf("%04x", os.Getpid()&0xffff)
-	ns, hostIf, extIf := "vsext"+id, "vsxh"+id, "vsxe"+id
-	const hostAddr, extAddr = "198.51.100.5", "198.51.100.6" // TEST-NET-2
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "link", "del", hostIf).Run()
-		_ = exec.Command("ip", "netns", "del", ns).Run()
-	})
-	ip("link", "add", hostIf, "type", "veth", "peer", "name", extIf)
-	ip("link", "set", extIf, "netns", ns)
-	ip("addr", "add", hostAddr+"/30", "dev", hostIf)
-	ip("link", "set", hostIf, "up")
-	ip("-n", ns, "addr", "add", extAddr+"/30", "dev", extIf)
-	ip("-n", ns, "link", "set", extIf, "up")
-	ip("-n", ns, "link", "set", "lo", "up")
-	ip("-n", ns, "route", "add", subnet.String(), "via", hostAddr)
-	return &outside{t: t, ns: ns, addr: extAddr}
-}
-
-// inNetns runs f on a thread in the namespace. The thread stays locked and
-// is retired by Go when the goroutine ends; the sockets f makes stay in
-// the namespace whatever thread uses them later.
-func (o *outside) inNetns(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(o.ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
-// dial connects from the outside; the timeout only bounds a hang.
-func (o *outside) dial(addr string) (net.Conn, error) {
-	var c net.Conn
-	err := o.inNetns(func() (err error) {
-		c, err = net.DialTimeout("tcp", addr, 30*time.Second)
-		return err
-	})
-	return c, err
-}
-
-// listen opens a TCP listener on the outside's address.
-func (o *outside) listen(port string) net.Listener {
-	o.t.Helper()
-	var ln net.Listener
-	if err := o.inNetns(func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(o.addr, port))
-		return err
-	}); err != nil {
-		o.t.Fatal(err)
-	}
-	o.t.Cleanup(func() { ln.Close() })
-	return ln
 }
 
 // TestFilterBackAfterDaemonRestart: a running container whose port filter
