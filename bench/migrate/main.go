@@ -108,6 +108,8 @@ func main() {
 	kind := flag.String("kind", "container", "container, or vm: an idle VM of -vm-mib moved in -modes (copy, lazy, auto; vm.go)")
 	vmMiB := flag.Int("vm-mib", 256, "the VM's memory (-kind vm)")
 	vmDirty := flag.Int("vm-dirty-mib", 0, "memory the VM's heartbeat holds and rewrites at -rate MiB/s (-kind vm; 0: idle)")
+	vmFaults := flag.String("vm-faults", "", "-kind vm: POINT=ACTION[,...] vesseld --fault for both hosts, the whole run (an A/B arm: migrate.vm.target.claim=fail,migrate.vm.source.watch=fail is vessel before either change)")
+	vmTraceDir := flag.String("vm-trace", "", "-kind vm: write tcpdump -tt of both hosts and the segment around each move, the bridges' forwarding entries and the daemons' logs here (vmtrace.go)")
 	criuBFlag := flag.String("criu-b", "", "a second criu binary: each kind gets a second container, moved in turn with the first, with this criu (cases \"criu\": \"b\"): a same-run A/B")
 	flag.Parse()
 
@@ -126,6 +128,11 @@ func main() {
 		// Privileged containers move only between hosts that accept them.
 		opts.HostArgs = append(opts.HostArgs, "--accept-privileged")
 	}
+	for _, f := range strings.Split(*vmFaults, ",") {
+		if f != "" {
+			opts.HostArgs = append(opts.HostArgs, "--fault", f)
+		}
+	}
 	var sel *criuSelector
 	if *criuBFlag != "" {
 		sel = newCriuSelector(r, bin, *criuBFlag)
@@ -139,7 +146,7 @@ func main() {
 		}}
 	fl := &floors{r: r, dir: filepath.Join(bin, "criu-floor")}
 	if *kind == "vm" {
-		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo), *out)
+		benchutil.Emit(r, runVM(r, c, fl, *n, vmLoad{MiB: *vmMiB, DirtyMiB: *vmDirty, Rate: *rate}, strings.Split(*modesFlag, ","), beat, echo, *vmTraceDir, *vmFaults), *out)
 		return
 	}
 	secs := strings.Split(*secFlag, ",")
@@ -405,9 +412,11 @@ func criuNote(variant string) string {
 
 // subject is one container a run moves back and forth, and its samples.
 type subject struct {
-	sec, criu, name, at                                             string
-	client                                                          *client
-	cs                                                              Case
+	sec, criu, name, at string
+	client              *client
+	cs                  Case
+	// moved, if set, runs as soon as a move's command returns.
+	moved                                                           func()
 	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
 	memPasses                                                       []float64
 }
@@ -430,7 +439,7 @@ func launchSubject(r *testhost.Runner, c *testhost.Cluster, sec string, size int
 }
 
 func (sj *subject) reset(cs Case) {
-	*sj = subject{sec: sj.sec, criu: sj.criu, name: sj.name, at: sj.at, client: sj.client, cs: cs}
+	*sj = subject{sec: sj.sec, criu: sj.criu, name: sj.name, at: sj.at, client: sj.client, cs: cs, moved: sj.moved}
 }
 
 // move moves the container to the other host and records the timing.
@@ -444,7 +453,11 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, ech
 		time.Sleep(300 * time.Millisecond) // let it take the reset, then tick normally
 	}
 	var t api.MigrationTiming
-	if err := json.Unmarshal([]byte(c.OK(args...)), &t); err != nil {
+	out := c.OK(args...)
+	if sj.moved != nil {
+		sj.moved()
+	}
+	if err := json.Unmarshal([]byte(out), &t); err != nil {
 		r.Fatalf("timing: %v", err)
 	}
 	sj.at = to

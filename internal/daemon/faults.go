@@ -26,6 +26,8 @@ import (
 //	migrate.target.reserved        the target has reserved the name (record and journal)
 //	migrate.vm.source.disk-mirror  a VM's disk mirror has started (source)
 //	migrate.vm.target.incoming     a VM's migration stream (RAM) arrives at the target
+//	migrate.vm.target.claim        a VM's target points its bridge at the tap ("fail" only: it does not, a warning; the A/B of bench/migrate -vm-faults)
+//	migrate.vm.source.watch        a VM's source watches QEMU's MIGRATION events ("fail" only: it polls only, as before; the A/B of bench/migrate -vm-faults)
 //	instance.start.launched        a start or restore has made the processes, not yet recorded them
 //	instance.create.volume         a create has made the volume, not yet recorded it complete
 //	instance.copy.snapshot         a local copy has cloned a snapshot's volumes, not yet recorded it ("fail" too)

@@ -40,6 +40,10 @@ import (
 // started ("fail", "cut").
 const faultVMSourceDiskMirror = "migrate.vm.source.disk-mirror"
 
+// faultVMSourceWatch "fail" makes the source poll its migration's status
+// only (as before it watched QEMU's MIGRATION events).
+const faultVMSourceWatch = "migrate.vm.source.watch"
+
 // movePhaseSwitchover is a VM move's phase between the end of QEMU's
 // migration and the target's "resumed".
 const movePhaseSwitchover = "switch-over"
@@ -165,6 +169,13 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	if err := mon.SetMigrateParameters(ctx, qemu.MigrateParameters{DowntimeLimitMs: vmDowntimeLimit}); err != nil {
 		return err
 	}
+	// The end of the last pass is seen as QEMU reports it: the VM is
+	// stopped from its start (a poll's wait was frozen time).
+	if d.fault(faultVMSourceWatch) != "fail" {
+		if err := mon.WatchMigration(ctx); err != nil {
+			return err
+		}
+	}
 	t1 := time.Now()
 	if err := mon.Migrate(ctx, "unix:"+stateSock); err != nil {
 		return err
@@ -198,13 +209,19 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
+	// The switch-over counts from QEMU's end of the migration (its
+	// total-time after the migrate command), not from when it was seen:
+	// the VM is stopped from then on.
 	switchAt := time.Now()
+	if done := t1.Add(time.Duration(st.TotalTime) * time.Millisecond); st.TotalTime > 0 && done.Before(switchAt) {
+		switchAt = done
+	}
 	vt.RAMPrecopy = migration.Seconds(switchAt.Sub(t1) - time.Duration(st.Downtime)*time.Millisecond)
 	if st.RAM != nil {
 		vt.RAMIterations, vt.RAMBytes = st.RAM.DirtySyncCount, st.RAM.Transferred
 	}
 	vt.DowntimeQEMU = float64(st.Downtime) / 1000
-	d.log.Debug("migration source: memory", "name", m.name, "status", st.Status, "downtime_ms", st.Downtime, "took", switchAt.Sub(t1))
+	d.log.Debug("migration source: memory", "name", m.name, "status", st.Status, "downtime_ms", st.Downtime, "took", switchAt.Sub(t1), "seen_after", time.Since(switchAt))
 
 	// The VM is stopped here: the mirror has nothing more to copy. The
 	// target is told at once (it waits for its QEMU to have loaded the

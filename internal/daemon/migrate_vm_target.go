@@ -44,6 +44,11 @@ const (
 // reaches QEMU: "cut" (a target gone during the memory copy) or "fail".
 const faultVMTargetIncoming = "migrate.vm.target.incoming"
 
+// faultVMTargetClaim "fail" makes the target's network.ClaimMAC fail (as
+// before it had one: the bridge forwards the guest's MAC where it learnt
+// it until the guest sends a frame itself).
+const faultVMTargetClaim = "migrate.vm.target.claim"
+
 // migrateInVM receives a VM's live move (migrateIn sends a cold one down
 // the container's path).
 func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer string, sess *migration.Session, hello migration.Hello) (err error) {
@@ -184,11 +189,13 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 			return fmt.Errorf("disk limits of %s: %w", name, err)
 		}
 	}
+	// Frames for the guest come here from its first instruction on: this
+	// bridge forwards its MAC to the tap, the segment hears where it is.
+	d.announceVMInBackground(name, ep)
 	if err := mon.Cont(ctx); err != nil && st.Status == "completed" {
 		return err
 	}
 	d.log.Debug("migration target: VM runs", "name", name, "after", time.Since(t0))
-	d.announceVMInBackground(name, ep)
 	if st.Status == "completed" {
 		// The mirror is done: its export goes (post-copy's once the
 		// pages are all in).
@@ -300,12 +307,25 @@ func (m *migrationTarget) relayVMState(ctx context.Context, inSock string) {
 	relayShallow(link, c)
 }
 
-// announceVMInBackground tells the segment at once where a VM moved in
-// is now (network.AnnounceFromBridge), beside the guest's own
-// announcement; a lost one is only a warning.
+// announceVMInBackground, as a VM moved in is about to run, points this
+// bridge's forwarding entry for its MAC at its tap (network.ClaimMAC: the
+// bridge learnt it behind the uplink while the VM ran on the other host)
+// and tells the segment where it is now (network.AnnounceFromBridge, its
+// first frame before the guest runs, the others after), beside the
+// guest's own announcement; a lost one is only a warning.
 func (d *Daemon) announceVMInBackground(name string, ep network.Endpoint) {
 	mac, err := net.ParseMAC(ep.MAC)
-	if err != nil || !d.enterBackground() {
+	if err != nil {
+		return
+	}
+	err = injected(faultVMTargetClaim)
+	if d.fault(faultVMTargetClaim) != "fail" {
+		err = network.ClaimMAC(d.cfg.Bridge, ep.HostVeth, mac)
+	}
+	if err != nil {
+		d.log.Warn("forward a VM's MAC to its tap", "name", name, "err", err)
+	}
+	if !d.enterBackground() {
 		return
 	}
 	go func() {
@@ -317,7 +337,8 @@ func (d *Daemon) announceVMInBackground(name string, ep network.Endpoint) {
 }
 
 // vmMigrateCapabilities are the QEMU migration capabilities of a memory
-// mode, the same on both ends: post-copy where the mode may switch to it.
+// mode, the same on both ends: post-copy where the mode may switch to it;
+// MIGRATION events (the source wakes on them, qemu.WatchMigration).
 func vmMigrateCapabilities(memory string) map[string]bool {
-	return map[string]bool{"postcopy-ram": memory != api.MemoryCopy}
+	return map[string]bool{"postcopy-ram": memory != api.MemoryCopy, qemu.EventsCapability: true}
 }

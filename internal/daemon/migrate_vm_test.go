@@ -35,8 +35,13 @@ func TestVMPostcopyVerdict(t *testing.T) {
 
 func TestVMMigrateCapabilities(t *testing.T) {
 	for memory, post := range map[string]bool{api.MemoryCopy: false, api.MemoryLazy: true, api.MemoryAuto: true} {
-		if got := vmMigrateCapabilities(memory)["postcopy-ram"]; got != post {
+		caps := vmMigrateCapabilities(memory)
+		if got := caps["postcopy-ram"]; got != post {
 			t.Errorf("%s: postcopy-ram %v, want %v", memory, got, post)
+		}
+		// The source wakes on MIGRATION events (WatchMigration).
+		if !caps[qemu.EventsCapability] {
+			t.Errorf("%s: no MIGRATION events", memory)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,6 +51,43 @@ func AnnounceFromBridge(ctx context.Context, bridge string, mac net.HardwareAddr
 		if _, err := conn.WriteTo(frame, &packet.Addr{HardwareAddr: bcast}); err != nil {
 			return fmt.Errorf("announce from %s: send gratuitous ARP: %w", bridge, err)
 		}
+	}
+	return nil
+}
+
+// ClaimMAC points bridge's forwarding entry for mac at port, one of its
+// ports (a VM's tap): a dynamic entry, as the bridge would have learnt
+// from a frame port received from mac, and which it ages and moves again
+// the same way. A VM moved in live needs it: while it ran on the other
+// host the bridge learnt mac behind its uplink (the VM's broadcasts, the
+// other host's announcements of it), and it drops frames for mac coming
+// in through that uplink (a frame does not go back out of the port it
+// came in through) until the guest itself sends one through its tap. The
+// guest's own announcement is late (it runs it once QEMU's self-announce
+// reaches it, slow under TCG) and QEMU's RARPs never reach the bridge
+// (the port filter passes IPv4 and ARP only). The port must forward (a
+// tap QEMU has open): the kernel refuses an entry on a disabled port.
+func ClaimMAC(bridge, port string, mac net.HardwareAddr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("claim %s on %s: bad MAC", mac, port)
+	}
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("claim %s on %s: %w", mac, port, err)
+	}
+	l, err := netlink.LinkByName(port)
+	if err != nil {
+		return fmt.Errorf("claim %s on %s: %w", mac, port, err)
+	}
+	if l.Attrs().MasterIndex != br.Attrs().Index {
+		return fmt.Errorf("claim %s on %s: not a port of %s", mac, port, bridge)
+	}
+	// NUD_REACHABLE: a dynamic entry (NOARP or PERMANENT would make it
+	// static, never moving); NeighSet replaces the learnt one.
+	err = netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE,
+		Flags: netlink.NTF_MASTER, State: netlink.NUD_REACHABLE, HardwareAddr: mac})
+	if err != nil {
+		return fmt.Errorf("claim %s on %s: %w", mac, port, err)
 	}
 	return nil
 }

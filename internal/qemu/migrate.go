@@ -157,8 +157,38 @@ func (m *Monitor) WaitMigration(ctx context.Context, poll time.Duration, stop fu
 		case <-ctx.Done():
 			return s, ctx.Err()
 		case <-time.After(poll):
+		case <-m.migration:
 		}
 	}
+}
+
+// EventsCapability is the migration capability that makes QEMU send a
+// MIGRATION event at each change of the migration's status.
+const EventsCapability = "events"
+
+// WatchMigration makes WaitMigration on m look again at once when QEMU
+// sends a MIGRATION event (EventsCapability must be on), not only every
+// poll: the end of a move's last pass (QEMU has stopped the VM for it) is
+// seen when it happens, not up to a poll later. Call it once, before the
+// migration starts; the events are read until m is closed (go-qemu's
+// reader waits for them to be taken).
+func (m *Monitor) WatchMigration(ctx context.Context) error {
+	events, err := m.Events(ctx)
+	if err != nil {
+		return err
+	}
+	m.migration = make(chan struct{}, 1)
+	go func() {
+		for e := range events {
+			if e.Event == "MIGRATION" {
+				select {
+				case m.migration <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return nil
 }
 
 // MirrorOptions is a drive-mirror of the root disk to an NBD export.

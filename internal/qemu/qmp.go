@@ -14,6 +14,9 @@ import (
 // serves the rest (the snapshot code's own helpers use it).
 type Monitor struct {
 	*qmp.SocketMonitor
+	// migration, once WatchMigration has run, has a value at each of
+	// QEMU's MIGRATION events: WaitMigration wakes on it.
+	migration chan struct{}
 }
 
 // Connect opens the QMP socket at path and negotiates capabilities. It
@@ -23,7 +26,7 @@ func Connect(ctx context.Context, path string) (*Monitor, error) {
 		mon, err := qmp.NewSocketMonitor("unix", path, 5*time.Second)
 		if err == nil {
 			if err = mon.Connect(); err == nil {
-				return &Monitor{mon}, nil
+				return &Monitor{SocketMonitor: mon}, nil
 			}
 			mon.Disconnect() //nolint:errcheck // failed handshake
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/network"
 )
 
 // TestVMLiveMoveRoundTrip moves a small VM (256 MiB, TCG here) alpha ->
@@ -17,7 +18,8 @@ import (
 // process started in the guest before the moves runs on after each (same
 // pid, so the same guest kernel), a file written to the disk before is
 // there, the VM keeps its address and MAC, the segment hears gratuitous
-// ARP for it and forwards its MAC to the new host, and the timing report
+// ARP for it and forwards its MAC to the new host (the target's bridge to
+// the VM's tap as the move returns), and the timing report
 // is QEMU's. Then
 // the target is cut as the RAM stream arrives: the move fails naming
 // that, the VM keeps running on alpha (the process too), beta keeps
@@ -58,6 +60,17 @@ func TestVMLiveMoveRoundTrip(t *testing.T) {
 		t.Logf("move %d %s->%s (%s): post-copy %.3fs (%d KiB), disk mirror %.2fs (%d MiB), RAM %.2fs in %d passes (%d MiB), QEMU downtime %.3fs, switch-over %.3fs, frozen %.3fs, total %.2fs",
 			i, from, to, mode, tm.VM.Postcopy, tm.VM.PostcopyBytes>>10, tm.VM.DiskMirror, tm.VM.DiskBytes>>20, tm.VM.RAMPrecopy, tm.VM.RAMIterations, tm.VM.RAMBytes>>20,
 			tm.VM.DowntimeQEMU, tm.VM.Switchover, tm.FrozenTotal, tm.Total)
+		// The target's bridge forwards the VM's MAC to its tap as the
+		// move returns (it learnt the MAC behind its uplink while the VM
+		// ran on the other host: the target claims it before the guest
+		// runs, network.ClaimMAC).
+		fdb, err := exec.Command("ip", "netns", "exec", c.Host(to).Netns(), "bridge", "fdb", "show", "br", "vesselbr0").CombinedOutput()
+		if err != nil {
+			t.Fatalf("move %d: bridge fdb on %s: %v\n%s", i, to, err, fdb)
+		}
+		if want := mac + " dev " + network.HostVethName("vesselbr0", "vm1") + " master vesselbr0"; !strings.Contains(string(fdb), want) {
+			t.Errorf("move %d: %s's bridge does not forward %s to the VM's tap (want %q):\n%s", i, to, mac, want, fdb)
+		}
 		if _, still := listOn(t, c, from)["vm1"]; still {
 			t.Fatalf("move %d: vm1 still on %s", i, from)
 		}
