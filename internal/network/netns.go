@@ -108,6 +108,21 @@ func createNetns(path string) (err error) {
 	})
 }
 
+// InNamed runs work on an OS thread of its own moved into the network
+// namespace named name (under /run/netns, as `ip netns` names them): the
+// sockets work makes stay there, whatever thread uses them later. The
+// thread moves back afterwards (onThreadIn).
+func InNamed(name string, work func() error) error {
+	return onThreadIn(func() error {
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return netns.Set(h)
+	}, work)
+}
+
 // onThreadIn runs work on an OS thread of its own that enter has moved
 // into another network namespace (the rest of the process, and the
 // mount namespace, stay as they are), then moves the thread back. If the

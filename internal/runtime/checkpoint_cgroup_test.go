@@ -81,13 +81,7 @@ func TestCheckpointOneCgroupSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rt.Kill(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	receive(t, exits)
-	if err := e.rt.Delete(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	e.killDelete(id, exits)
 	rwork := filepath.Join(e.dir, "restore-work")
 	if _, err := e.rt.Restore(ctx, id, bundle, RestoreOptions{ImagePath: images, WorkPath: rwork}); err != nil {
 		t.Fatal(err)

@@ -83,13 +83,7 @@ func TestCheckpointPrecopy(t *testing.T) {
 	if l, err := os.Readlink(filepath.Join(images, "parent")); err != nil || l != "../pre-2" {
 		t.Errorf("parent link %q %v", l, err)
 	}
-	if err := e.rt.Kill(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	receive(t, exits)
-	if err := e.rt.Delete(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	e.killDelete(id, exits)
 	p, err := e.rt.Restore(ctx, id, bundle, RestoreOptions{ImagePath: images, WorkPath: filepath.Join(e.dir, "restore-work")})
 	if err != nil {
 		t.Fatal(err)

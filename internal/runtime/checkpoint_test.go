@@ -172,13 +172,7 @@ func testCheckpointRestore(t *testing.T, direct bool) {
 		}
 		// runc kill --all signals the frozen tasks, then thaws them: they
 		// die without running on.
-		if err := e.rt.Kill(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		receive(t, exits)
-		if err := e.rt.Delete(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		e.killDelete(id, exits)
 	} else {
 		if err := e.rt.Checkpoint(ctx, id, o); err != nil {
 			t.Fatal(err)

@@ -210,6 +210,21 @@ func (e *testEnv) start(id string, args ...string) Process {
 	return p
 }
 
+// killDelete kills container id, waits for its exit on exits (its Watch)
+// and deletes it: what a test does to a dumped container before restoring
+// its images.
+func (e *testEnv) killDelete(id string, exits <-chan Exit) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.rt.Kill(ctx, id); err != nil {
+		e.t.Fatal(err)
+	}
+	receive(e.t, exits)
+	if err := e.rt.Delete(ctx, id); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // execOut runs args in container id and returns its exit code and stdout.
 func (e *testEnv) execOut(id string, args ...string) (int, string) {
 	e.t.Helper()

@@ -66,13 +66,7 @@ func TestRestoreReplacesLeftoverRoot(t *testing.T) {
 	if err := ck.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rt.Kill(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	receive(t, exits)
-	if err := e.rt.Delete(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	e.killDelete(id, exits)
 
 	root := leaveStaleRoot(t, e, id)
 	if err := unix.Mount(e.rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); !errors.Is(err, unix.ENOENT) {

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/vesselhost/vessel/internal/network"
 )
 
 // A Cluster is several test hosts on one machine, as live migration needs
@@ -366,9 +368,9 @@ func (c *Cluster) Teardown() {
 }
 
 // InClient runs fn on an OS thread of its own moved into the client's
-// network namespace (InNetns).
+// network namespace (network.InNamed).
 func (c *Cluster) InClient(fn func() error) error {
-	return InNetns(c.spec.Client, fn)
+	return network.InNamed(c.spec.Client, fn)
 }
 
 // ClientCommand is a command run in the client's network namespace.

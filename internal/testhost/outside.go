@@ -1,56 +1,16 @@
 package testhost
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/vesselhost/vessel/internal/network"
 )
-
-// InNetns runs fn on an OS thread of its own moved into the network
-// namespace named ns (under /run/netns): the sockets fn makes stay there,
-// whatever thread uses them later. The thread moves back afterwards; if it
-// cannot, it stays locked and the runtime ends it with its goroutine.
-func InNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // Outside is a network namespace beyond a test host: a veth pair from the
 // machine's own namespace, HostAddr/30 on the machine's end and Addr/30 on
@@ -98,7 +58,7 @@ func NewOutside(t T, tag, hostAddr, addr string, routes ...netip.Prefix) *Outsid
 // Dial connects from the outside; the timeout only bounds a hang.
 func (o *Outside) Dial(addr string) (net.Conn, error) {
 	var c net.Conn
-	err := InNetns(o.NS, func() (err error) {
+	err := network.InNamed(o.NS, func() (err error) {
 		c, err = net.DialTimeout("tcp", addr, 30*time.Second)
 		return err
 	})
@@ -110,7 +70,7 @@ func (o *Outside) Dial(addr string) (net.Conn, error) {
 func (o *Outside) Listen(port string) net.Listener {
 	o.t.Helper()
 	var ln net.Listener
-	if err := InNetns(o.NS, func() (err error) {
+	if err := network.InNamed(o.NS, func() (err error) {
 		ln, err = net.Listen("tcp", net.JoinHostPort(o.Addr, port))
 		return err
 	}); err != nil {
