@@ -55,10 +55,7 @@ type APIResult struct {
 // apiBench runs the API rows: one daemon (testhost, its own btrfs pool),
 // one VM per size, n snapshot/restore rounds each.
 func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResult {
-	bin, err := testhost.Build()
-	if err != nil {
-		r.Fatalf("%v", err)
-	}
+	bin := benchutil.Bin(r)
 	memhog := filepath.Join(bin, "memhog")
 	if err := testhost.BuildMemhog(memhog); err != nil {
 		r.Fatalf("%v", err)

@@ -11,12 +11,17 @@ import (
 // end. The caller defers r.Close().
 func Start() (r *testhost.Runner, bin string) {
 	r = testhost.NewRunner()
+	return r, Bin(r)
+}
+
+// Bin builds vessel's binaries into a directory that r removes at the end.
+func Bin(r *testhost.Runner) string {
 	bin, err := testhost.Build()
 	if err != nil {
 		r.Fatalf("%v", err)
 	}
 	r.Cleanup(func() { os.RemoveAll(bin) })
-	return r, bin
+	return bin
 }
 
 // Emit prints a result as JSON and, if path is set, writes it there too.
