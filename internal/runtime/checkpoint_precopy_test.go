@@ -24,15 +24,7 @@ func TestCheckpointPrecopy(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	id := "pc1"
-	bundle := e.bundle(id, "/bin/sh", "-c", counterScript)
-	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the counter to reach 3", func() bool { return e.fileCount() >= 3 })
-	exits, err := e.rt.Watch(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bundle, exits := e.startCounter(id, 3)
 	images, work := filepath.Join(e.dir, "ckpt"), filepath.Join(e.dir, "ckpt-work")
 	ck, err := e.rt.NewCheckpoint(ctx, id, CheckpointOptions{
 		ImagePath: images, WorkPath: work, LeaveRunning: true, Pages: &imgstream.DirSink{Dir: images},

@@ -139,21 +139,14 @@ func testCheckpointRestore(t *testing.T, direct bool) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	id := "cr1"
-	bundle := e.bundle(id, "/bin/sh", "-c", counterScript)
-	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the counter to reach 5", func() bool { return e.fileCount() >= 5 })
-	exits, err := e.rt.Watch(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bundle, exits := e.startCounter(id, 5)
 	images, work := filepath.Join(e.dir, "ckpt"), filepath.Join(e.dir, "ckpt-work")
 	o := CheckpointOptions{ImagePath: images, WorkPath: work, Pages: &imgstream.DirSink{Dir: images}}
 	var ck *Checkpoint
 	var before int
 	if direct {
 		o.LeaveRunning = true
+		var err error
 		if ck, err = e.rt.NewCheckpoint(ctx, id, o); err != nil {
 			t.Fatal(err)
 		}

@@ -210,6 +210,23 @@ func (e *testEnv) start(id string, args ...string) Process {
 	return p
 }
 
+// startCounter starts container id running counterScript, waits for its
+// counter to reach n and returns its bundle and exits (its Watch): what a
+// checkpoint test dumps.
+func (e *testEnv) startCounter(id string, n int) (string, <-chan Exit) {
+	e.t.Helper()
+	bundle := e.bundle(id, "/bin/sh", "-c", counterScript)
+	if _, err := e.rt.Start(context.Background(), id, bundle, StartOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, fmt.Sprintf("the counter to reach %d", n), func() bool { return e.fileCount() >= n })
+	exits, err := e.rt.Watch(id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return bundle, exits
+}
+
 // killDelete kills container id, waits for its exit on exits (its Watch)
 // and deletes it: what a test does to a dumped container before restoring
 // its images.

@@ -42,15 +42,7 @@ func TestRestoreReplacesLeftoverRoot(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	id := "lr1"
-	bundle := e.bundle(id, "/bin/sh", "-c", counterScript)
-	if _, err := e.rt.Start(ctx, id, bundle, StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the counter to reach 3", func() bool { return e.fileCount() >= 3 })
-	exits, err := e.rt.Watch(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bundle, exits := e.startCounter(id, 3)
 	images := filepath.Join(e.dir, "ckpt")
 	ck, err := e.rt.NewCheckpoint(ctx, id, CheckpointOptions{ImagePath: images, WorkPath: filepath.Join(e.dir, "ckpt-work"),
 		Pages: &imgstream.DirSink{Dir: images}, LeaveRunning: true})
