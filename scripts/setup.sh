@@ -308,34 +308,7 @@ check_criu() {
 	log "criu check: $(echo "$out" | tail -n 1)"
 }
 
-# ensure_suite SUITE: apt knows SUITE (bookworm-backports), or setup adds it
-# in /etc/apt/sources.list.d/vessel-SUITE.sources from the mirror apt already
-# uses for the release it belongs to (deb.debian.org when none is found):
-# a fresh Debian 12 install has no backports source. Backports' packages
-# are installed only when asked for by name (-t SUITE): apt pins the suite
-# below the release, so nothing else is upgraded from it.
-ensure_suite() {
-	local suite=$1 uri list=/etc/apt/sources.list.d/vessel-$1.sources
-	if apt-get indextargets --format '$(RELEASE)' 2>/dev/null | grep -qx "$suite"; then
-		return
-	fi
-	uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 2>/dev/null |
-		awk -v rel="${suite%%-*}" '$1 == rel {print $2; exit}')
-	uri=${uri:-http://deb.debian.org/debian/}
-	log "adding $suite ($uri) to apt's sources: $list"
-	cat >"$list" <<SOURCES
-# Added by vessel's setup (scripts/setup.sh): QEMU 10 and the cloud kernel for VMs.
-Types: deb
-URIs: $uri
-Suites: $suite
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SOURCES
-	apt-get update -qq
-	apt_updated=1
-}
-
-# vm_support: what VM instances need. QEMU 10 (bookworm: from
+# vm_support: what VM instances need. QEMU 10 with qemu-img (bookworm: from
 # bookworm-backports, added to apt's sources if missing; trixie's own) and
 # e2fsprogs (mkfs.ext4 -d builds a VM's disk from an image's rootfs); and
 # the guest kernel: Debian's cloud kernel package (trixie's, or
@@ -344,13 +317,20 @@ SOURCES
 # modules a VM needs from there (vesseld --vm-kernel-dir).
 vm_support() {
 	local suite="" dir=$CACHE/vm-kernel meta dep pkg ver tmp
-	if [ "$OS_CODENAME" = bookworm ]; then
-		suite=bookworm-backports
-		ensure_suite "$suite"
-	fi
-	if ! command -v qemu-system-x86_64 >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1; then
-		log "installing qemu-system-x86 e2fsprogs${suite:+ from $suite}"
-		apt_install ${suite:+-t "$suite"} qemu-system-x86 e2fsprogs
+	# QEMU and the backports source come from the guest lane's installer
+	# (scripts/lib/vmlab-deps.sh), in a subshell: it has an apt_install of
+	# its own.
+	# shellcheck source=scripts/lib/vmlab-deps.sh
+	(
+		. "$REPO/scripts/lib/vmlab-deps.sh"
+		suite=$(qemu_suite)
+		[ -z "$suite" ] || ensure_suite "$suite"
+		need_qemu >/dev/null
+	)
+	suite=$(. "$REPO/scripts/lib/vmlab-deps.sh" && qemu_suite)
+	if ! command -v mkfs.ext4 >/dev/null 2>&1; then
+		log "installing e2fsprogs"
+		apt_install e2fsprogs
 	fi
 	if [ -f "$dir/current/vmlinuz" ] && [ -d "$dir/current/modules" ]; then
 		log "vm kernel: $(readlink "$dir/current")"

@@ -29,28 +29,50 @@ qemu_major() {
 	echo "${v:-0}"
 }
 
+# ensure_suite SUITE: apt knows SUITE (bookworm-backports), or it is added in
+# /etc/apt/sources.list.d/vessel-SUITE.sources from the mirror apt already
+# uses for the release it belongs to (deb.debian.org when none is found),
+# and apt's lists are updated: a fresh Debian 12 install has no backports
+# source. Backports' packages are installed only when asked for (-t SUITE):
+# apt pins the suite below the release, so nothing else is upgraded from it.
+ensure_suite() {
+	local suite=$1 uri list=/etc/apt/sources.list.d/vessel-$1.sources
+	# shellcheck disable=SC2016 # apt's own $(FIELD) syntax
+	if apt-get indextargets --format '$(RELEASE)' 2>/dev/null | grep -qx "$suite"; then
+		return 0
+	fi
+	# shellcheck disable=SC2016
+	uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 2>/dev/null |
+		awk -v rel="${suite%%-*}" '$1 == rel {print $2; exit}')
+	uri=${uri:-http://deb.debian.org/debian/}
+	printf 'adding %s (%s) to apt'"'"'s sources: %s\n' "$suite" "$uri" "$list" >&2
+	cat >"$list" <<SOURCES
+# Added by vessel (scripts/lib/vmlab-deps.sh): QEMU 10 and the cloud kernel for VMs.
+Types: deb
+URIs: $uri
+Suites: $suite
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+	apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+}
+
+# qemu_suite: the suite QEMU 10 comes from, empty for the release itself.
+qemu_suite() {
+	local codename
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	[ "$codename" = bookworm ] && echo bookworm-backports
+	return 0
+}
+
 need_qemu() {
 	if [ "$(qemu_major)" -ge 8 ] && command -v qemu-img >/dev/null; then
 		return 0
 	fi
-	local codename
-	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-	if [ "$codename" = bookworm ]; then
-		local src=/etc/apt/sources.list.d/bookworm-backports.sources
-		if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-			printf 'adding bookworm-backports to apt (%s)\n' "$src" >&2
-			cat >"$src" <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-		fi
-		apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-		apt_install -t bookworm-backports qemu-system-x86 qemu-utils
-	else
-		apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-		apt_install qemu-system-x86 qemu-utils
-	fi
+	local suite
+	suite=$(qemu_suite)
+	printf 'installing qemu-system-x86 qemu-utils%s\n' "${suite:+ from $suite}" >&2
+	[ -z "$suite" ] || ensure_suite "$suite"
+	apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+	apt_install ${suite:+-t "$suite"} qemu-system-x86 qemu-utils
 }
