@@ -17,7 +17,11 @@
 // with "criu": "b"): a same-run, interleaved A/B of a CRIU change. The
 // daemons run the criu of a symlink the benchmark points at A (the
 // default criu) or B before each move; both builds must take the same
-// options and images.
+// options and images, and should share CRIU's kernel-probe cache: build
+// them with the same RUNDIR (setup's: /dev/shm where /run is no tmpfs) and
+// the same SOURCE_DATE_EPOCH, which CRIU stamps into the cache. Otherwise
+// each finds the other's cache stale and probes the kernel again (~20 ms,
+// partly inside the frozen window); put a rebuilt A first in PATH.
 //
 //	go run ./bench/migrate -n 20 -sizes 0 -modes copy,lazy
 //	go run ./bench/migrate -n 20 -sizes 0 -modes copy -criu-b /path/to/other/criu
