@@ -22,7 +22,9 @@
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
 //     pool, interleaved with the runs above (once a round), and each
 //     restore's rate over its own round's fio read (restore_vs_raw_per_run:
-//     its min is the "every run" figure).
+//     its min is the "every run" figure); after each read, the rate at
+//     which the machine gives a process fresh memory (first_touch_mb_s),
+//     which a restore pays and fio's read does not.
 //
 // It prints JSON (medians over -n runs). With -criu-b, every run of a mode
 // is done twice in a row, with the default criu and with the one given
@@ -59,6 +61,11 @@ type Result struct {
 		WriteMBps benchutil.Stats `json:"write_mb_s"`
 		ReadMBps  benchutil.Stats `json:"read_mb_s"`
 		Command   string          `json:"command"`
+		// FirstTouchMBps is the rate at which this machine gives a
+		// process fresh memory, taken right after each fio read
+		// (benchutil.FirstTouch of the same size): a restore fills that
+		// much new memory while it reads, fio's read does not.
+		FirstTouchMBps benchutil.Stats `json:"first_touch_mb_s"`
 	} `json:"raw_fio"`
 	DiskOnly struct {
 		FrozenMs benchutil.Stats `json:"frozen_ms"`
@@ -162,6 +169,7 @@ func main() {
 	}
 	res.Raw.WriteMBps = benchutil.Summarise(b.rawWrite)
 	res.Raw.ReadMBps = benchutil.Summarise(b.rawRead)
+	res.Raw.FirstTouchMBps = benchutil.Summarise(b.touch)
 	for _, sr := range res.Stateful {
 		for mode, mr := range sr.Modes {
 			mr.WriteVsRaw = benchutil.Ratio(mr.WriteMBps.Median, res.Raw.WriteMBps.Median)
@@ -184,8 +192,10 @@ type bench struct {
 	memhog  string
 	criuB   string // -criu-b
 	rawRead []float64
-	// rawWrite and rawRead collect fio samples interleaved with the runs.
+	// rawWrite and rawRead collect fio samples interleaved with the runs,
+	// touch the first-touch rate after each read.
 	rawWrite []float64
+	touch    []float64
 }
 
 // setMode restarts the daemon with --snapshot-io io and --snapshot-memory
@@ -320,8 +330,8 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 	}
 	b.h.OK("snapshot", "delete", name, snap)
-	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read)",
-		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i], s.rratio[i])
+	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read; first touch %.0f MB/s)",
+		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i], s.rratio[i], b.touch[len(b.touch)-1])
 }
 
 func (s *samples) summarise() ModeResult {
@@ -361,4 +371,5 @@ func (b *bench) fio() {
 	w, r := benchutil.RawDisk(b.r, b.h.PoolPath(), fioMiB)
 	b.rawWrite = append(b.rawWrite, w)
 	b.rawRead = append(b.rawRead, r)
+	b.touch = append(b.touch, benchutil.FirstTouch(b.r, fioMiB))
 }
