@@ -242,6 +242,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		if m.prep, err = d.prepareRun(ctx, inst, true); err != nil {
 			return err
 		}
+		m.prep.limitsLater = true
 		r.Add(m.prep.abort)
 		if err := m.prepareRestore(ctx, r); err != nil {
 			return err
@@ -255,6 +256,15 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		return err
 	}
 	deadline.Stop()
+	if m.prep != nil {
+		// The start's CPU boost ends now that the source has its
+		// answer (launchPrepared left it: prepared.limitsLater).
+		t := time.Now()
+		if err := d.applyLimits(ctx, name, m.prep.config, 0); err != nil {
+			d.log.Warn("migration target: the container's own limits after the restore", "name", name, "err", err)
+		}
+		d.log.Debug("migration target: limits after the restore", "name", name, "took", time.Since(t))
+	}
 	// From here the container lives on this host. The received passes go
 	// first, out of the frozen window (the source has heard "resumed")
 	// but still under the lock: a move back at once makes passes of the
@@ -365,6 +375,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	t0 := time.Now()
 	early := m.takeEarly()
+	d.log.Debug("migration target: start, early work taken", "name", m.name, "took", time.Since(t0))
 	if early != nil && early.lp != nil {
 		m.lazy = early.lp // killed by restore's failure
 	}
@@ -440,6 +451,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 		}
 	}
 	r.Success()
+	d.log.Debug("migration target: resumed sent", "name", m.name, "after", time.Since(t0))
 	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
 }
 
