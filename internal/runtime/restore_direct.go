@@ -388,7 +388,10 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 		return Process{}, fmt.Errorf("%w %s: restore stopped: %w", ErrStart, p.id, ctx.Err())
 	}
 	lap("shim reported")
-	p.r.moveShim(p.id, p.shimPid)
+	// Ten cgroup.procs writes on a v1 host (~1 ms): beside the caller's
+	// bookkeeping, not before it (a migration's source waits frozen
+	// until that is done). A failure is only logged.
+	go p.r.moveShim(p.id, p.shimPid)
 	return Process{ShimPid: p.shimPid, InitPid: pid}, nil
 }
 
