@@ -256,15 +256,6 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		return err
 	}
 	deadline.Stop()
-	if m.prep != nil {
-		// The start's CPU boost ends now that the source has its
-		// answer (launchPrepared left it: prepared.limitsLater).
-		t := time.Now()
-		if err := d.applyLimits(ctx, name, m.prep.config, 0); err != nil {
-			d.log.Warn("migration target: the container's own limits after the restore", "name", name, "err", err)
-		}
-		d.log.Debug("migration target: limits after the restore", "name", name, "took", time.Since(t))
-	}
 	// From here the container lives on this host. The received passes go
 	// first, out of the frozen window (the source has heard "resumed")
 	// but still under the lock: a move back at once makes passes of the
@@ -452,7 +443,18 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	r.Success()
 	d.log.Debug("migration target: resumed sent", "name", m.name, "after", time.Since(t0))
-	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+	err := m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+	if m.hello.Live {
+		// The container runs here, whether or not "resumed" got out:
+		// the start's CPU boost ends now, out of the source's frozen
+		// window (launchPrepared left it: prepared.limitsLater).
+		t := time.Now()
+		if lerr := d.applyLimits(context.WithoutCancel(ctx), m.name, m.prep.config, 0); lerr != nil {
+			d.log.Warn("migration target: the container's own limits after the restore", "name", m.name, "err", lerr)
+		}
+		d.log.Debug("migration target: limits after the restore", "name", m.name, "took", time.Since(t))
+	}
+	return err
 }
 
 // restore brings the checkpointed processes back. With lazy memory a
