@@ -56,9 +56,15 @@ type prepared struct {
 	// linkUp: hostLinkUp brought the network-locked link up;
 	// rootMounted: a migration target mounted the rootfs early.
 	linkUp, rootMounted bool
-	userns              *usernsRun        // an unprivileged container's (nil: privileged)
-	config              map[string]string // the instance's configuration (limits)
-	r                   *revert.Reverter
+	// limitsLater: the caller ends the start's CPU boost (applyLimits)
+	// after launchPrepared, once the move is answered: a migration
+	// target, whose source waits frozen for "resumed". The limits are
+	// in place since prepareRun; a daemon that dies first has reconcile
+	// write them again.
+	limitsLater bool
+	userns      *usernsRun        // an unprivileged container's (nil: privileged)
+	config      map[string]string // the instance's configuration (limits)
+	r           *revert.Reverter
 }
 
 func (p *prepared) abort() { p.r.Fail() }
@@ -143,6 +149,8 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 	}()
 	bg := context.WithoutCancel(ctx)
 	name := p.inst.name
+	t0 := time.Now()
+	lap := func(what string) { d.log.Debug("launch "+what, "name", name, "after", time.Since(t0)) }
 	if p.userns != nil && !p.rootMounted {
 		if err := d.mountRootfs(name, p.userns); err != nil {
 			return err
@@ -163,16 +171,22 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 		return err
 	}
 	d.crashAt(faultStartLaunched)
+	lap("launched")
 	// It runs: the container's own weight from now on.
-	if err := d.applyLimits(ctx, name, p.config, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
+	if !p.limitsLater {
+		if err := d.applyLimits(ctx, name, p.config, 0); err != nil {
+			return fmt.Errorf("limits of %s: %w", name, err)
+		}
 	}
+	lap("limits")
 	run, err := d.track(p.inst, proc)
 	if err != nil {
 		return err
 	}
+	lap("tracked")
 	p.r.Add(func() { p.inst.clearLive(run) })
 	osr := d.refreshOS(name)
+	lap("os read")
 	err = d.setState(p.inst, state.StateRunning, func(tx *state.Tx, rec *state.Instance) error {
 		rec.LastStart = time.Now().UTC()
 		if osr.ID != "" {
@@ -186,6 +200,7 @@ func (d *Daemon) launchPrepared(ctx context.Context, p *prepared, launch launchF
 	if err != nil {
 		return fmt.Errorf("record the start of %s: %w", name, err)
 	}
+	lap("recorded")
 	p.r.Success()
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/migration"
@@ -152,11 +153,13 @@ func (m *migrationSource) sendImages(ctx context.Context, dir string, pages []st
 	if err != nil {
 		return 0, err
 	}
+	t0 := time.Now()
 	n, err := migration.SendDir(st, dir)
 	st.Close()
 	if err != nil {
 		return n, fmt.Errorf("send checkpoint images: %w", err)
 	}
+	m.d.log.Debug("migration source: images written to the stream", "name", m.name, "took", time.Since(t0))
 	if _, err := m.sess.Expect(ctx, migration.MsgImagesDone); err != nil {
 		return n, err
 	}

@@ -242,6 +242,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		if m.prep, err = d.prepareRun(ctx, inst, true); err != nil {
 			return err
 		}
+		m.prep.limitsLater = true
 		r.Add(m.prep.abort)
 		if err := m.prepareRestore(ctx, r); err != nil {
 			return err
@@ -365,6 +366,7 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	t0 := time.Now()
 	early := m.takeEarly()
+	d.log.Debug("migration target: start, early work taken", "name", m.name, "took", time.Since(t0))
 	if early != nil && early.lp != nil {
 		m.lazy = early.lp // killed by restore's failure
 	}
@@ -440,7 +442,19 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 		}
 	}
 	r.Success()
-	return m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+	d.log.Debug("migration target: resumed sent", "name", m.name, "after", time.Since(t0))
+	err := m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+	if m.hello.Live {
+		// The container runs here, whether or not "resumed" got out:
+		// the start's CPU boost ends now, out of the source's frozen
+		// window (launchPrepared left it: prepared.limitsLater).
+		t := time.Now()
+		if lerr := d.applyLimits(context.WithoutCancel(ctx), m.name, m.prep.config, 0); lerr != nil {
+			d.log.Warn("migration target: the container's own limits after the restore", "name", m.name, "err", lerr)
+		}
+		d.log.Debug("migration target: limits after the restore", "name", m.name, "took", time.Since(t))
+	}
+	return err
 }
 
 // restore brings the checkpointed processes back. With lazy memory a

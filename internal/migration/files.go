@@ -27,6 +27,7 @@ func SendDir(w io.Writer, dir string) (int64, error) {
 	// window of a live move).
 	bw := bufio.NewWriterSize(w, sendDirBuffer)
 	tw := tar.NewWriter(bw)
+	buf := make([]byte, copyFileBuffer)
 	var total int64
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -39,12 +40,7 @@ func SendDir(w io.Writer, dir string) (int64, error) {
 		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o600, Size: info.Size(), Typeflag: tar.TypeReg}); err != nil {
 			return total, err
 		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return total, err
-		}
-		n, err := io.Copy(tw, f)
-		f.Close()
+		n, err := copyFile(tw, filepath.Join(dir, e.Name()), info.Size(), buf)
 		total += n
 		if err != nil {
 			return total, err
@@ -58,6 +54,38 @@ func SendDir(w io.Writer, dir string) (int64, error) {
 
 // sendDirBuffer is SendDir's write buffer.
 const sendDirBuffer = 256 << 10
+
+// copyFileBuffer is what copyFile reads at once.
+const copyFileBuffer = 64 << 10
+
+// copyFile writes the size bytes of the file at path to w through buf.
+// Not io.Copy: *os.File's WriteTo gave each file a fresh 32 KiB buffer,
+// and a checkpoint's ~100 small images made SendDir 2-4 times slower
+// (1.3-2.8 ms for 64 KB here, inside a live move's frozen window).
+func copyFile(w io.Writer, path string, size int64, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	for n < size {
+		m, err := f.Read(buf[:min(int64(len(buf)), size-n)])
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return n, werr
+			}
+			n += int64(m)
+		}
+		if errors.Is(err, io.EOF) {
+			return n, fmt.Errorf("%s: %w (shorter than its %d bytes)", path, io.ErrUnexpectedEOF, size)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
 
 // ReceiveDir reads a stream made by SendDir into dir (created if needed)
 // and returns the payload bytes. Only plain file names are accepted.

@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -124,7 +125,14 @@ func TestPeerGoneNotOnOwnClose(t *testing.T) {
 
 func TestDirRoundTrip(t *testing.T) {
 	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "out")
-	for name, data := range map[string]string{"core-1.img": "core", "pstree.img": "tree"} {
+	// A file larger than SendDir's read buffer, read in pieces, and an
+	// empty one.
+	big := make([]byte, 3*copyFileBuffer+123)
+	for i := range big {
+		big[i] = byte(i*7 + i/4096)
+	}
+	files := map[string]string{"core-1.img": "core", "pstree.img": "tree", "pages-1.img": string(big), "empty.img": ""}
+	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -138,14 +146,30 @@ func TestDirRoundTrip(t *testing.T) {
 		w.CloseWithError(err)
 	}()
 	n, err := ReceiveDir(r, dst)
-	if err != nil || n != 8 {
+	if err != nil || n != int64(8+len(big)) {
 		t.Fatalf("ReceiveDir = %d, %v", n, err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dst, "pstree.img")); string(b) != "tree" {
-		t.Fatalf("pstree.img = %q", b)
+	for name, data := range files {
+		if b, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(b) != data {
+			t.Fatalf("%s: %d bytes, %v; want %d", name, len(b), err, len(data))
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dst, "subdir")); err == nil {
 		t.Fatal("a directory travelled in an image stream")
+	}
+}
+
+// TestCopyFileShorter: a file shorter than its header said fails the
+// stream instead of leaving the tar short.
+func TestCopyFileShorter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "core-1.img")
+	if err := os.WriteFile(path, []byte("core"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	n, err := copyFile(&out, path, 10, make([]byte, 3))
+	if !errors.Is(err, io.ErrUnexpectedEOF) || n != 4 || out.String() != "core" {
+		t.Fatalf("copyFile = %d, %v (%q)", n, err, out.String())
 	}
 }
 

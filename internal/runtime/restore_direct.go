@@ -358,20 +358,24 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 	if p.o.Resumed != nil {
 		p.o.Resumed()
 	}
-	if err := p.writeRuncState(pid); err != nil {
-		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // its cgroup is the caller's to empty
-		return Process{}, err
-	}
-	lap("runc state written")
-	// The shim takes init; CRIU ends on our hang-up.
+	// The shim takes init; CRIU ends on our hang-up. The shim reports
+	// once CRIU has exited, and runc's state is written meanwhile (the
+	// shim never reads it): the two used to run one after the other
+	// while the source waited for "resumed".
 	if _, err := fmt.Fprintf(p.initPipe, "%d\n", pid); err != nil {
-		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // as above
+		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // its cgroup is the caller's to empty
 		return Process{}, fmt.Errorf("%w %s: hand init to the shim: %w", ErrStart, p.id, err)
 	}
 	p.initPipe.Close()
 	p.initPipe = nil
 	p.sk.Close()
 	p.sk = nil
+	if err := p.writeRuncState(pid); err != nil {
+		// The shim has init: it reaps it and reports (fail waits).
+		unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // as above
+		return Process{}, err
+	}
+	lap("runc state written")
 	select {
 	case res := <-p.reports:
 		switch {
@@ -384,7 +388,10 @@ func (p *PreparedRestore) Run(ctx context.Context) (_ Process, err error) {
 		return Process{}, fmt.Errorf("%w %s: restore stopped: %w", ErrStart, p.id, ctx.Err())
 	}
 	lap("shim reported")
-	p.r.moveShim(p.id, p.shimPid)
+	// Ten cgroup.procs writes on a v1 host (~1 ms): beside the caller's
+	// bookkeeping, not before it (a migration's source waits frozen
+	// until that is done). A failure is only logged.
+	go p.r.moveShim(p.id, p.shimPid)
 	return Process{ShimPid: p.shimPid, InitPid: pid}, nil
 }
 
