@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
@@ -18,7 +20,6 @@ import (
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
 	"github.com/vesselhost/vessel/internal/vm"
-	"golang.org/x/sys/unix"
 )
 
 // Virtual machines: an instance of type state.TypeVM runs as a QEMU
