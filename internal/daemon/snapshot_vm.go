@@ -275,13 +275,9 @@ func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation
 	op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 	t0 := time.Now()
 	var st qemu.SaveStats
-	path := d.vmStatePath(inst.name, snap)
-	load := func(ctx context.Context, mon vmMonitor, size vmSizing) error {
-		err := d.loadVMState(ctx, inst.name, size, path, func() error {
-			var err error
-			st, err = qemu.Load(ctx, mon, path, qemu.SaveOptions{})
-			return err
-		})
+	load := func(ctx context.Context, mon vmMonitor) error {
+		var err error
+		st, err = qemu.Load(ctx, mon, d.vmStatePath(inst.name, snap), qemu.SaveOptions{})
 		if err != nil {
 			return fmt.Errorf("stateful restore of %s: %w", inst.name, err)
 		}

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
@@ -153,13 +151,13 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) error {
 // launchVM starts a stopped VM; with load, QEMU starts waiting for its
 // state (-incoming defer) and load gives it (a stateful restore) before
 // the VM runs.
-func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor, vmSizing) error) error {
+func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) error {
 	return d.launchVMWith(ctx, inst, load, nil)
 }
 
 // launchVMWith is launchVM; also runs in the transaction that records
 // the VM running (a move's journal goes in it).
-func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(context.Context, vmMonitor, vmSizing) error, also func(*state.Tx) error) (err error) {
+func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error, also func(*state.Tx) error) (err error) {
 	name := inst.name
 	if inst.live() != nil {
 		return errorf(ErrConflict, "instance %q is already running", name)
@@ -183,7 +181,7 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	}
 	defer mon.Close()
 	if load != nil {
-		if err := load(ctx, mon, size); err != nil {
+		if err := load(ctx, mon); err != nil {
 			return err
 		}
 	}
@@ -401,51 +399,4 @@ func (d *Daemon) updateRunningVM(ctx context.Context, inst *instance, prev, cfg 
 		rec.Config = cfg
 		return nil
 	})
-}
-
-// loadVMState runs load (a stateful restore's load of the state file path
-// into the VM's paused QEMU) with room in the VM's memory cgroup for the
-// file's page cache, then drops that cache and puts the limit back before
-// the VM runs. QEMU 10 reads a mapped-ram file through the page cache on
-// the incoming side (its multifd channels' reads are not O_DIRECT, whatever
-// direct-io says), so a load charges the file to the VM's memory cgroup as
-// well as the guest's RAM it fills: with the limit at the guest's size
-// (sizeVM) the cgroup hit it half way through a 2 GiB load, and every page
-// the load faulted in after that was reclaimed from the cache first
-// (memory.failcnt ~400k per load). The cache is clean, and dropped
-// (POSIX_FADV_DONTNEED) as soon as the load ends, which uncharges it.
-func (d *Daemon) loadVMState(ctx context.Context, name string, size vmSizing, path string, load func() error) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("stateful restore of %s: %w", name, err)
-	}
-	limit, err := strconv.ParseInt(size.Cgroup[KeyMemory], 10, 64)
-	if err != nil {
-		return fmt.Errorf("memory limit of %s: %w", name, err)
-	}
-	roomy := maps.Clone(size.Cgroup)
-	roomy[KeyMemory] = strconv.FormatInt(limit+fi.Size(), 10)
-	if err := d.applyLimits(ctx, name, roomy, 0); err != nil {
-		return fmt.Errorf("limits of %s: %w", name, err)
-	}
-	err = load()
-	// Drop the file's cache before the limit comes back down: the
-	// kernel would otherwise reclaim it from inside the limit's write.
-	if derr := dropFileCache(path); derr != nil {
-		d.log.Warn("drop the state file's page cache", "name", name, "err", derr)
-	}
-	if lerr := d.applyLimits(context.WithoutCancel(ctx), name, size.Cgroup, 0); lerr != nil && err == nil {
-		err = fmt.Errorf("limits of %s after its state load: %w", name, lerr)
-	}
-	return err
-}
-
-// dropFileCache evicts path's clean pages from the page cache.
-func dropFileCache(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
