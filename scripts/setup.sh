@@ -321,13 +321,12 @@ vm_support() {
 	# (scripts/lib/vmlab-deps.sh), in a subshell: it has an apt_install of
 	# its own.
 	# shellcheck source=scripts/lib/vmlab-deps.sh
+	suite=$(. "$REPO/scripts/lib/vmlab-deps.sh" && qemu_suite)
 	(
 		. "$REPO/scripts/lib/vmlab-deps.sh"
-		suite=$(qemu_suite)
 		[ -z "$suite" ] || ensure_suite "$suite"
 		need_qemu >/dev/null
 	)
-	suite=$(. "$REPO/scripts/lib/vmlab-deps.sh" && qemu_suite)
 	if ! command -v mkfs.ext4 >/dev/null 2>&1; then
 		log "installing e2fsprogs"
 		apt_install e2fsprogs
