@@ -66,6 +66,9 @@ type Case struct {
 	TotalMs        benchutil.Stats `json:"total_ms"`
 	SuspendDumpMs  benchutil.Stats `json:"suspend_dump_ms"`
 	UndumpResumeMs benchutil.Stats `json:"undump_resume_ms"`
+	// ResumeReportMs is the target's bookkeeping after the tasks resumed,
+	// until it answered (not in FrozenMs).
+	ResumeReportMs benchutil.Stats `json:"resume_report_ms,omitzero"`
 	PostcopyMs     benchutil.Stats `json:"postcopy_ms,omitzero"`
 	// PullMBps is the post-copy page pull rate of each move: the bytes the
 	// target pulled after the resume over the post-copy time, in MB/s
@@ -420,9 +423,9 @@ type subject struct {
 	client              *client
 	cs                  Case
 	// moved, if set, runs as soon as a move's command returns.
-	moved                                                           func()
-	frozen, gap, clientGap, total, sd, ur, post, pull, passes, dump []float64
-	memPasses                                                       []float64
+	moved                                                                   func()
+	frozen, gap, clientGap, total, sd, ur, report, post, pull, passes, dump []float64
+	memPasses                                                               []float64
 }
 
 // launchSubject launches the container of one kind (security) and size,
@@ -483,6 +486,7 @@ func (sj *subject) move(r *testhost.Runner, c *testhost.Cluster, mode, beat, ech
 	sj.total = append(sj.total, t.Total*1000)
 	sj.sd = append(sj.sd, t.SuspendDump*1000)
 	sj.ur = append(sj.ur, t.UndumpResume*1000)
+	sj.report = append(sj.report, t.ResumeReport*1000)
 	sj.post = append(sj.post, t.Postcopy*1000)
 	if t.Postcopy > 0 {
 		sj.pull = append(sj.pull, float64(t.PostcopyBytes)/t.Postcopy/1e6)
@@ -524,6 +528,7 @@ func (sj *subject) summary(mode string, n int) Case {
 	cs.Moves = n
 	cs.FrozenMs, cs.TotalMs = benchutil.Summarise(sj.frozen), benchutil.Summarise(sj.total)
 	cs.SuspendDumpMs, cs.UndumpResumeMs = benchutil.Summarise(sj.sd), benchutil.Summarise(sj.ur)
+	cs.ResumeReportMs = benchutil.Summarise(sj.report)
 	cs.PrecopyPasses, cs.DumpMiB = benchutil.Summarise(sj.passes), benchutil.Summarise(sj.dump)
 	if len(sj.memPasses) > 0 {
 		cs.MemoryPasses = benchutil.Summarise(sj.memPasses)

@@ -153,6 +153,9 @@ func timingTable(t api.MigrationTiming) string {
 	row("undump+resume", t.UndumpResume, 0)
 	b.WriteString(strings.Repeat("-", 48) + "\n")
 	row("total frozen", t.FrozenTotal, 0)
+	if t.ResumeReport > 0 {
+		row("resumed, until reported", t.ResumeReport, 0)
+	}
 	if t.Postcopy > 0 || t.PostcopyBytes > 0 {
 		row("post-copy (after resume)", t.Postcopy, t.PostcopyBytes)
 	}

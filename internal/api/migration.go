@@ -27,13 +27,17 @@ const MetaTiming = "timing"
 type MigrationTiming struct {
 	// Mode is how the instance moved: "cold", "live/" + its memory mode
 	// ("live/lazy", "live/copy"), or "copy" (vessel copy).
-	Mode              string  `json:"mode"`
-	Precopy           float64 `json:"precopy"`
-	SuspendDump       float64 `json:"suspend_dump"`
-	CopyAfterSuspend  float64 `json:"copy_after_suspend"`
-	CopyDump          float64 `json:"copy_dump"`
-	UndumpResume      float64 `json:"undump_resume"`
-	FrozenTotal       float64 `json:"frozen_total"`
+	Mode             string  `json:"mode"`
+	Precopy          float64 `json:"precopy"`
+	SuspendDump      float64 `json:"suspend_dump"`
+	CopyAfterSuspend float64 `json:"copy_after_suspend"`
+	CopyDump         float64 `json:"copy_dump"`
+	UndumpResume     float64 `json:"undump_resume"`
+	FrozenTotal      float64 `json:"frozen_total"`
+	// ResumeReport is how long the target took, after the tasks resumed
+	// there, to record the container as running and answer (not frozen
+	// time: the container runs).
+	ResumeReport      float64 `json:"resume_report,omitempty"`
 	Postcopy          float64 `json:"postcopy"`
 	Total             float64 `json:"total"`
 	PrecopyIterations int     `json:"precopy_iterations"`

@@ -286,7 +286,7 @@ func (m *migrationSource) cold(ctx context.Context, freeze bool) error {
 	}
 	// A lost connection is answered by asking the target, as after a
 	// live restore: the instance may run there already.
-	took, err := m.awaitResumed(ctx)
+	took, _, err := m.awaitResumed(ctx)
 	if err != nil {
 		return err
 	}
@@ -439,11 +439,16 @@ func (m *migrationSource) live(ctx context.Context) error {
 	if err := m.startOnTarget(false); err != nil {
 		return err
 	}
-	if _, err := m.awaitResumed(ctx); err != nil {
+	_, resumedAgo, err := m.awaitResumed(ctx)
+	if err != nil {
 		return err
 	}
-	m.timing.UndumpResume = migration.Seconds(time.Since(t3))
-	m.timing.FrozenTotal = migration.Seconds(time.Since(freezeAt))
+	// The freeze ended as the tasks resumed on the target; what the
+	// target did after (the runtime's state, its journal) and the
+	// answer's trip are ResumeReport.
+	m.timing.UndumpResume = max(migration.Seconds(time.Since(t3))-resumedAgo, 0)
+	m.timing.FrozenTotal = max(migration.Seconds(time.Since(freezeAt))-resumedAgo, 0)
+	m.timing.ResumeReport = resumedAgo
 	m.op.SetMetadata(map[string]any{"phase": "resumed", "frozen_s": m.timing.FrozenTotal})
 	if lazy {
 		return m.postCopy(ctx, ck)

@@ -15,15 +15,16 @@ import (
 // tell, a hand-off of the instance's lock to a settle operation.
 
 // awaitResumed waits for the target's verdict on the restore (or a cold
-// move's start) and returns how long the target took (0 if not told). If
-// the connection breaks meanwhile, the outcome is unknown: ask the target
+// move's start) and returns how long the target took and how long before
+// its answer the tasks resumed (0 if not told), in seconds. If the
+// connection breaks meanwhile, the outcome is unknown: ask the target
 // (through a new connection) whether the container runs there.
-func (m *migrationSource) awaitResumed(ctx context.Context) (float64, error) {
+func (m *migrationSource) awaitResumed(ctx context.Context) (restore, resumedAgo float64, err error) {
 	msg, err := m.sess.Expect(ctx, migration.MsgResumed)
 	if err == nil {
-		return msg.RestoreSeconds, nil
+		return msg.RestoreSeconds, msg.ResumedSeconds, nil
 	}
-	return 0, m.askTarget(ctx, err)
+	return 0, 0, m.askTarget(ctx, err)
 }
 
 // askTarget decides a move whose verdict was lost with err.

@@ -112,6 +112,9 @@ type migrationTarget struct {
 	pre   *preLazy
 	// rootReady: prepareRoot mounted the volume for the restore.
 	rootReady bool
+	// resumedAt: when CRIU answered the live restore (its tasks run from
+	// then); set by the restore's Resumed hook, read once it returned.
+	resumedAt time.Time
 	// imagesNamed: nameImages has run (a live move that renames).
 	imagesNamed bool
 	// committed: the volume is made from the last pass (commitDisk, or
@@ -443,7 +446,13 @@ func (m *migrationTarget) start(ctx context.Context, r *revert.Reverter) error {
 	}
 	r.Success()
 	d.log.Debug("migration target: resumed sent", "name", m.name, "after", time.Since(t0))
-	err := m.sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))})
+	resumed := migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))}
+	if !m.resumedAt.IsZero() {
+		// The source's frozen time ends as the tasks resumed, not once
+		// this message reaches it.
+		resumed.ResumedSeconds = migration.Seconds(time.Since(m.resumedAt))
+	}
+	err := m.sess.Send(resumed)
 	if m.hello.Live {
 		// The container runs here, whether or not "resumed" got out:
 		// the start's CPU boost ends now, out of the source's frozen
@@ -511,6 +520,7 @@ func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter
 		// runc's state and the shim's hand-over; a failure of its own
 		// is left to launchPrepared, which tries again.
 		Resumed: func() {
+			m.resumedAt = time.Now()
 			if err := d.hostLinkUp(m.prep); err != nil {
 				d.log.Warn("migration target: link up as the tasks resumed", "name", m.name, "err", err)
 			}

@@ -242,7 +242,7 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 		return err
 	}
 	m.phase = movePhaseRestore
-	if _, err := m.awaitResumed(ctx); err != nil {
+	if _, _, err := m.awaitResumed(ctx); err != nil {
 		return err
 	}
 	vt.Switchover = migration.Seconds(time.Since(switchAt))

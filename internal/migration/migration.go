@@ -34,7 +34,7 @@ import (
 // Version is the migration protocol's version. A target refuses a Hello
 // of any other version (compared exactly: both hosts must speak the same
 // protocol; there is no negotiation).
-const Version = 8
+const Version = 9
 
 // UpgradeProtocol names the HTTP upgrade to a migration session.
 const UpgradeProtocol = "vessel-migration/1"
@@ -132,8 +132,12 @@ type Message struct {
 	Final bool `json:"final,omitempty"`
 	// Address the target gives the container (Type "accepted").
 	Address netip.Addr `json:"address,omitzero"`
-	// Restore timing from the target (Type "resumed"), in seconds.
+	// Restore timing from the target (Type "resumed"), in seconds:
+	// the restore until this message, and how long before it the tasks
+	// resumed (the target's bookkeeping after CRIU's answer: the runtime's
+	// state, the journal), both on the target's clock.
 	RestoreSeconds float64 `json:"restore_seconds,omitempty"`
+	ResumedSeconds float64 `json:"resumed_seconds,omitempty"`
 	// Memory is the memory mode the source switched to (Type
 	// "memory-mode": --memory=auto dropped its pre-copy passes).
 	Memory string `json:"memory,omitempty"`
