@@ -133,6 +133,9 @@ func timingTable(t api.MigrationTiming) string {
 		row("switch-over", v.Switchover, 0)
 		b.WriteString(strings.Repeat("-", 48) + "\n")
 		row("total frozen", t.FrozenTotal, 0)
+		if t.ResumeReport > 0 {
+			row("resumed, until reported", t.ResumeReport, 0)
+		}
 		if v.Postcopy > 0 || v.PostcopyBytes > 0 {
 			row("post-copy (after resume)", v.Postcopy, v.PostcopyBytes)
 		}

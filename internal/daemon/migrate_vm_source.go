@@ -242,10 +242,13 @@ func (m *migrationSource) liveVM(ctx context.Context) (err error) {
 		return err
 	}
 	m.phase = movePhaseRestore
-	if _, _, err := m.awaitResumed(ctx); err != nil {
+	_, resumedAgo, err := m.awaitResumed(ctx)
+	if err != nil {
 		return err
 	}
-	vt.Switchover = migration.Seconds(time.Since(switchAt))
+	// Until the target let it run (its bookkeeping after is ResumeReport).
+	vt.Switchover = max(migration.Seconds(time.Since(switchAt))-resumedAgo, 0)
+	m.timing.ResumeReport = resumedAgo
 	m.timing.Precopy = vt.DiskMirror + vt.RAMPrecopy
 	m.timing.PrecopyBytes, m.timing.PrecopyIterations = vt.DiskBytes, int(vt.RAMIterations)
 	m.timing.SuspendDump, m.timing.DumpBytes = vt.DowntimeQEMU, vt.RAMBytes

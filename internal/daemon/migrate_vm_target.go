@@ -195,6 +195,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	if err := mon.Cont(ctx); err != nil && st.Status == "completed" {
 		return err
 	}
+	ranAt := time.Now()
 	d.log.Debug("migration target: VM runs", "name", name, "after", time.Since(t0))
 	if st.Status == "completed" {
 		// The mirror is done: its export goes (post-copy's once the
@@ -211,7 +212,8 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 	}
 	r.Success()
 	deadline.Stop()
-	if err := sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0))}); err != nil {
+	if err := sess.Send(migration.Message{Type: migration.MsgResumed, RestoreSeconds: migration.Seconds(time.Since(t0)),
+		ResumedSeconds: migration.Seconds(time.Since(ranAt))}); err != nil {
 		d.log.Warn("migration: resumed not delivered", "name", name, "err", err)
 	}
 	release()
