@@ -15,7 +15,7 @@ timeslices in that window, with the syscalls and bytes of the pipeline's
 processes. For symbols, run `perf record -a -g -k realtime` beside it: the
 windows printed are realtime seconds, for `perf report --time T0,T1`.
 
-The sampler costs ~5% of a core on a 2-core machine; say so beside any
+The sampler costs ~6% of a core on a 2-core machine; say so beside any
 figure taken with it.
 
   flock -o /tmp/vessel-root-tests.lock scripts/pull-cpu.py record /tmp/pc -- \\
