@@ -20,7 +20,7 @@
 //     too. The idle container (S = 0) is the same-run floor of the frozen
 //     time;
 //   - fio's O_DIRECT 1 MiB sequential write and read of a file in the same
-//     pool, interleaved with the runs above (once a round), and each
+//     pool (a NODATASUM directory, as the checkpoint volumes), interleaved with the runs above (once a round), and each
 //     restore's rate over its own round's fio read (restore_vs_raw_per_run:
 //     its min is the "every run" figure); after each read, the rate at
 //     which the machine gives a process fresh memory (first_touch_mb_s),
@@ -48,6 +48,7 @@ import (
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -137,11 +138,20 @@ func main() {
 		r.Fatalf("%v", err)
 	}
 	h := testhost.New(r, bin, testhost.Options{StorageSizeMiB: 12 << 10})
-	b := &bench{r: r, h: h, c: h.Client(), memhog: memhog, criuB: *criuB}
+	// fio reads and writes where the images go: a NODATASUM directory, as
+	// the daemon makes each checkpoint volume (the pool's own directories
+	// are checksummed: btrfs verifies every block it reads and serves
+	// O_DIRECT writes to them buffered).
+	fioDir := filepath.Join(h.PoolPath(), "fio")
+	if _, err := qemu.PrepareStateDir(fioDir); err != nil {
+		r.Fatalf("%v", err)
+	}
+	r.Cleanup(func() { os.RemoveAll(fioDir) })
+	b := &bench{r: r, h: h, c: h.Client(), memhog: memhog, criuB: *criuB, fioDir: fioDir}
 
 	var res Result
 	res.Benchmark, res.Machine, res.N = "snapshot", benchutil.ThisMachine(), *n
-	res.Raw.Command = strings.Join(benchutil.FioArgs("write", "POOL/fio.dat", fioMiB), " ")
+	res.Raw.Command = strings.Join(benchutil.FioArgs("write", "POOL/fio/fio.dat", fioMiB), " ")
 
 	b.diskOnly(&res, 10)
 	for _, sec := range strings.Split(*secFlag, ",") {
@@ -191,6 +201,7 @@ type bench struct {
 	c       *client.Client
 	memhog  string
 	criuB   string // -criu-b
+	fioDir  string // where fio's file goes
 	rawRead []float64
 	// rawWrite and rawRead collect fio samples interleaved with the runs,
 	// touch the first-touch rate after each read.
@@ -368,7 +379,7 @@ const fioMiB = 1024
 
 // fio measures the pool's raw sequential write and (cold) read once.
 func (b *bench) fio() {
-	w, r := benchutil.RawDisk(b.r, b.h.PoolPath(), fioMiB)
+	w, r := benchutil.RawDisk(b.r, b.fioDir, fioMiB)
 	b.rawWrite = append(b.rawWrite, w)
 	b.rawRead = append(b.rawRead, r)
 	b.touch = append(b.touch, benchutil.FirstTouch(b.r, fioMiB))

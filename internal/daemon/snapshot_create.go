@@ -10,6 +10,7 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/operations"
+	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
@@ -200,7 +201,14 @@ type snapshotCheckpoint struct {
 // prepareSnapshotCheckpoint creates the checkpoint volume and prepares the
 // session (before the freeze: none of this needs to be frozen). CRIU's
 // dump.log goes outside the checkpoint, so it is still there to read when
-// a failed checkpoint has been removed.
+// a failed checkpoint has been removed. On btrfs the volume is made
+// NODATASUM (qemu.PrepareStateDir, as a VM's state): the restore reads the
+// pages with O_DIRECT into memory it populates on the way, and on this
+// project's 2-core hosts btrfs's verification of every block's checksum
+// competed with that for the CPU (a restore-like read of 1 GiB alone:
+// 1830 against 1337 MB/s, median of 5; a whole restore in bench/snapshot
+// gained 3.5 %, within its noise); and the writes stay direct (btrfs
+// serves O_DIRECT to checksummed files buffered since 6.14): 25 % faster.
 func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap string) (*snapshotCheckpoint, error) {
 	vol := checkpointVolume(name, snap)
 	if err := d.storage.CreateVolume(ctx, vol); err != nil {
@@ -208,7 +216,10 @@ func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap strin
 	}
 	sc := &snapshotCheckpoint{d: d, name: name, snap: snap, dir: d.storage.Path(vol)}
 	work := d.cfg.dumpWorkDir(name)
-	err := os.RemoveAll(work)
+	_, err := qemu.PrepareStateDir(sc.dir)
+	if err == nil {
+		err = os.RemoveAll(work)
+	}
 	if err == nil {
 		o := runtime.CheckpointOptions{ImagePath: sc.dir, WorkPath: work,
 			Background: d.cfg.SnapshotMemory == SnapshotMemoryBackground}
