@@ -53,18 +53,28 @@ func (d *Daemon) setupCRIUConfig() error {
 func (d *Daemon) newCheckpoint(ctx context.Context, name string, o runtime.CheckpointOptions) (*runtime.Checkpoint, error) {
 	o.LeaveRunning = true
 	// Memory a pre-copy move is still copying in would be missed.
-	if ch, ok := d.memLoads.Load(name); ok {
-		select {
-		case <-ch.(chan struct{}):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := d.awaitMemoryLoad(ctx, name); err != nil {
+		return nil, err
 	}
 	ck, err := d.rt.NewCheckpoint(ctx, name, o)
 	if err != nil {
 		return nil, fmt.Errorf("prepare the checkpoint of %s: %w", name, err)
 	}
 	return ck, nil
+}
+
+// awaitMemoryLoad waits until a pre-copy move to this host has copied all
+// of name's memory in (the restore's lazy-pages daemon is done with the
+// images and the work directory).
+func (d *Daemon) awaitMemoryLoad(ctx context.Context, name string) error {
+	if ch, ok := d.memLoads.Load(name); ok {
+		select {
+		case <-ch.(chan struct{}):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // checkDumpable refuses, before anything is frozen, a checkpoint CRIU

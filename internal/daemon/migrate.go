@@ -67,16 +67,35 @@ func (d *Daemon) dropMigrationDir(name, dir string) {
 		kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000"))
 		if os.MkdirAll(filepath.Dir(kept), 0o700) == nil && keepMigrationFiles(dir, kept) == nil {
 			_ = os.RemoveAll(dir) // copied out of the tmpfs (migrate_tmpfs.go)
-			logs, _ := filepath.Glob(filepath.Join(d.cfg.migrateWorkDir(name), "*.log"))
-			for _, l := range logs {
-				if b, err := os.ReadFile(l); err == nil {
-					_ = os.WriteFile(filepath.Join(kept, filepath.Base(l)), b, 0o600)
-				}
-			}
+			copyCRIULogs(d.cfg.migrateWorkDir(name), kept)
 			return
 		}
 	}
 	_ = os.RemoveAll(dir)
+}
+
+// keepMigrationLogs copies CRIU's logs of name's migration (its work
+// directory) to RUN/migrate-kept/NAME-TIME-logs with KeepMigrationFiles:
+// a pre-copy target calls it once its memory is loaded, before a move
+// back may reuse the work directory.
+func (d *Daemon) keepMigrationLogs(name string) {
+	if !d.cfg.KeepMigrationFiles {
+		return
+	}
+	kept := filepath.Join(d.cfg.RunDir, "migrate-kept", name+"-"+time.Now().Format("150405.000")+"-logs")
+	if os.MkdirAll(kept, 0o700) == nil {
+		copyCRIULogs(d.cfg.migrateWorkDir(name), kept)
+	}
+}
+
+// copyCRIULogs copies the *.log files of work into kept.
+func copyCRIULogs(work, kept string) {
+	logs, _ := filepath.Glob(filepath.Join(work, "*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(kept, filepath.Base(l)), b, 0o600)
+		}
+	}
 }
 
 // dropMigrationDirs removes the files of every migration of name; the

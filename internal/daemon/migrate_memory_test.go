@@ -3,6 +3,7 @@ package daemon
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
 )
@@ -43,6 +44,11 @@ func TestMemoryPassesDone(t *testing.T) {
 		{2, 63 * mib, 245 * mib, false},
 		{3, 48 * mib, 63 * mib, true},                          // over 3/4 of the pass before: converged
 		{3, 47 * mib, 63 * mib, false},                         // still shrinking
+		{4, 7 * mib, 31 * mib, true},                           // small
+		{4, 9 * mib, 7 * mib, false},                           // grew, but below the settled size: another pass
+		{4, 30 * mib, 26 * mib, false},                         // the same
+		{4, 33 * mib, 26 * mib, true},                          // grew past the settled size
+		{4, 37 * mib, -1, false},                               // after a pass kept going by finalDumpSmall: not compared
 		{2, 180 * mib, 120 * mib, false},                       // pass 2 spans pass 0's transfer: not compared
 		{3, 300 * mib, 245 * mib, true},                        // growing
 		{precopyMemMaxPasses - 1, 100 * mib, 1000 * mib, true}, // the limit
@@ -50,6 +56,24 @@ func TestMemoryPassesDone(t *testing.T) {
 	} {
 		if got := memoryPassesDone(tc.i, tc.n, tc.prev); got != tc.want {
 			t.Errorf("memoryPassesDone(%d, %d MiB, %d MiB) = %v, want %v", tc.i, tc.n/mib, tc.prev/mib, got, tc.want)
+		}
+	}
+}
+
+func TestFinalDumpSmall(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		rate  float64
+		since time.Duration
+		want  bool
+	}{
+		{43 * mib, 450 * time.Millisecond, false}, // a 2 MiB pass after a 126 MiB one, sent meanwhile
+		{43 * mib, 100 * time.Millisecond, true},
+		{64 * mib, 125 * time.Millisecond, false}, // 8 MiB: not under the mark
+		{0, time.Second, true},                    // nothing written
+	} {
+		if got := finalDumpSmall(tc.rate, tc.since); got != tc.want {
+			t.Errorf("finalDumpSmall(%.0f MiB/s, %s) = %v, want %v", tc.rate/mib, tc.since, got, tc.want)
 		}
 	}
 }

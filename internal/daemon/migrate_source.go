@@ -308,6 +308,12 @@ func (m *migrationSource) live(ctx context.Context) error {
 		return err
 	}
 
+	// A pre-copy move here may still be loading memory (the checkpoint
+	// would wait for it anyway): its lazy-pages daemon writes its log in
+	// the work directory.
+	if err := d.awaitMemoryLoad(ctx, m.name); err != nil {
+		return err
+	}
 	dir, err := d.newMigrationDir(m.name)
 	if err != nil {
 		return err

@@ -25,30 +25,51 @@ import (
 const (
 	// precopyMemMaxPasses bounds the memory passes of a move.
 	precopyMemMaxPasses = 8
-	// precopyMemDoneBytes: a pass this small ends the passes (the final
-	// dump copies about as much while frozen, a few ms of it).
-	precopyMemDoneBytes = 4 << 20
+	// precopyMemDoneBytes: a pass this small ends the passes. The final
+	// dump holds what the container wrote from that pass's snapshot to
+	// the freeze (the pass's page read and its transfer), about half of
+	// the pass at 64 MiB/s here: a few MiB, 10-15 ms of the freeze.
+	precopyMemDoneBytes = 8 << 20
+	// precopyMemSettledBytes: passes that stopped shrinking end only
+	// above this size. Below it the passes' sizes swing (the container
+	// catches up on the writes a pass's freeze held back) and another
+	// pass often comes out small, which the final dump then follows; a
+	// pass costs the move ~0.1-0.7 s and a pre-dump's short stop.
+	precopyMemSettledBytes = 32 << 20
 )
 
 // memoryPassesDone says whether the memory passes end after pass i
 // (0-based) wrote n bytes, the pass before prev (-1: none): the pass is
-// small, the pass limit is reached, or the passes stopped shrinking (a
-// pass over 3/4 of the one before: the dirty set has converged on what
-// the container writes in one pass, and another pass gains little). Pass
-// 2 is not compared with pass 1: each pass starts once the one before
-// last has reached the target, so pass 2 holds what the container wrote
-// while all of its memory (pass 0) crossed the link, pass 1 only what it
-// wrote during pass 0's dump; from pass 3 on the intervals are alike.
+// small, the pass limit is reached, or the passes stopped shrinking on a
+// dirty set that is not small (a pass over 3/4 of the one before and over
+// precopyMemSettledBytes: the dirty set has converged on what the
+// container writes in one pass, and another pass gains little). Pass 2 is
+// not compared with pass 1: each pass starts once the one before last has
+// reached the target, so pass 2 holds what the container wrote while all
+// of its memory (pass 0) crossed the link, pass 1 only what it wrote
+// during pass 0's dump; from pass 3 on the intervals are alike.
 func memoryPassesDone(i int, n, prev int64) bool {
 	switch {
 	case n < precopyMemDoneBytes:
 		return true
 	case i+1 >= precopyMemMaxPasses:
 		return true
-	case i >= 3 && prev >= 0 && n > prev*3/4:
+	case i >= 3 && prev >= 0 && n > prev*3/4 && n > precopyMemSettledBytes:
 		return true
 	}
 	return false
+}
+
+// finalDumpSmall says whether a final dump frozen now would hold less
+// than precopyMemDoneBytes, for a container writing at rate bytes/s (the
+// highest rate a pass measured: a pass taken while the container waited
+// for the CPU says too little) whose last pass started since ago. A pass
+// starts as the one before ends, while that one is sent: a pass after a
+// big one is small because it is quick, and the big one's transfer, which
+// follows before the freeze, is not in it (2 GiB at 64 MiB/s: passes of
+// 2049, 64, 126 and 2 MiB, then a final dump of 34 MiB).
+func finalDumpSmall(rate float64, since time.Duration) bool {
+	return rate*since.Seconds() < precopyMemDoneBytes
 }
 
 // passDir is the directory of memory pass i, beside the images (the
@@ -81,12 +102,18 @@ func (m *migrationSource) memoryPasses(ctx context.Context, ck *runtime.Checkpoi
 	}
 	defer func() { _ = wait() }()
 	prev := int64(-1)
+	var prevStart time.Time
+	rate := 0.0 // the highest write rate a pass measured, bytes/s
 	for i := 0; ; i++ {
 		m.op.SetMetadata(map[string]any{"phase": "memory pre-copy", "iteration": i})
 		pd := passDir(dir, i)
 		t := time.Now()
 		n, err := ck.PreDump(pd)
 		took := time.Since(t)
+		if i >= 1 {
+			// Pass i holds what was written since pass i-1's snapshot.
+			rate = max(rate, float64(n)/t.Sub(prevStart).Seconds())
+		}
 		// The previous pass went to the target meanwhile.
 		if serr := wait(); serr != nil {
 			return serr
@@ -116,10 +143,27 @@ func (m *migrationSource) memoryPasses(ctx context.Context, ck *runtime.Checkpoi
 			}
 			keep = nil
 		}
+		if done && n < precopyMemDoneBytes && i >= 1 && i+1 < precopyMemMaxPasses {
+			// Small, but the final dump holds what is written from this
+			// pass's snapshot until the freeze, and the pass began
+			// while the one before was still on its way to the target:
+			// once it is there, is that still small?
+			if err := wait(); err != nil {
+				return err
+			}
+			if !finalDumpSmall(rate, time.Since(t)) {
+				m.d.log.Debug("migration source: one more memory pass", "name", m.name, "pass", i,
+					"rate", int64(rate), "since", time.Since(t))
+				done = false
+				// The next pass holds the wait just done: bigger, but
+				// not a sign that the passes stopped shrinking.
+				n = -1
+			}
+		}
 		if done {
 			break
 		}
-		prev = n
+		prev, prevStart = n, t
 	}
 	// The last pass must be on the target before the freeze.
 	return wait()

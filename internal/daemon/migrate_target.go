@@ -274,6 +274,9 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		d.memLoads.Store(name, loaded)
 		go func() {
 			m.loadMemory()
+			// A move back waits for this before it reuses the work
+			// directory, CRIU's logs of this restore with it.
+			d.keepMigrationLogs(name)
 			d.memLoads.CompareAndDelete(name, loaded)
 			close(loaded)
 		}()
