@@ -48,7 +48,7 @@ import (
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/client"
-	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/storage"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -143,7 +143,7 @@ func main() {
 	// are checksummed: btrfs verifies every block it reads and serves
 	// O_DIRECT writes to them buffered).
 	fioDir := filepath.Join(h.PoolPath(), "fio")
-	if _, err := qemu.PrepareStateDir(fioDir); err != nil {
+	if _, err := storage.PrepareNoDataSumDir(fioDir); err != nil {
 		r.Fatalf("%v", err)
 	}
 	r.Cleanup(func() { os.RemoveAll(fioDir) })

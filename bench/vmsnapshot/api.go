@@ -10,7 +10,7 @@ import (
 
 	"github.com/vesselhost/vessel/bench/internal/benchutil"
 	"github.com/vesselhost/vessel/internal/api"
-	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/storage"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -75,7 +75,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 	// pool's own directories are checksummed, and btrfs serves O_DIRECT
 	// to checksummed files buffered).
 	fioDir := filepath.Join(h.PoolPath(), "fio")
-	if _, err := qemu.PrepareStateDir(fioDir); err != nil {
+	if _, err := storage.PrepareNoDataSumDir(fioDir); err != nil {
 		r.Fatalf("%v", err)
 	}
 	r.Cleanup(func() { os.RemoveAll(fioDir) })

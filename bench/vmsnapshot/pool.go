@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/storage"
 	"github.com/vesselhost/vessel/internal/testhost"
 )
 
@@ -89,7 +89,7 @@ func btrfsPool(r *testhost.Runner, work, size string) pool {
 		r.Fatalf("btrfs pool: %v", err)
 	}
 	dir := filepath.Join(mnt, "state")
-	nocow, err := qemu.PrepareStateDir(dir)
+	nocow, err := storage.PrepareNoDataSumDir(dir)
 	if err != nil {
 		r.Fatalf("state dir: %v", err)
 	}
@@ -99,7 +99,7 @@ func btrfsPool(r *testhost.Runner, work, size string) pool {
 // rootPool is a directory on the root filesystem.
 func rootPool(r *testhost.Runner, work string) pool {
 	dir := filepath.Join(work, "rootfs-state")
-	if _, err := qemu.PrepareStateDir(dir); err != nil {
+	if _, err := storage.PrepareNoDataSumDir(dir); err != nil {
 		r.Fatalf("state dir: %v", err)
 	}
 	fs, _ := sh("findmnt", "-n", "-o", "FSTYPE", "-T", dir)

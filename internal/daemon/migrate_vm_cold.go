@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 
-	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/state"
 	"github.com/vesselhost/vessel/internal/storage"
 )
@@ -57,14 +56,14 @@ func (m *migrationTarget) startVM(ctx context.Context, also func(*state.Tx) erro
 // prepareCheckpoint readies a received stateful snapshot's checkpoint
 // volume and returns how many bytes it may take: a container's CRIU
 // images (imageLimit), or a VM's state file, whose directory is NODATASUM
-// as the snapshot's own was (qemu.PrepareStateDir: a restore loads it
+// as the snapshot's own was (storage.PrepareNoDataSumDir: a restore loads it
 // with direct I/O) and which holds at most the guest's RAM (cfg, the
 // snapshot's configuration) and its device state.
 func (m *migrationTarget) prepareCheckpoint(ck storage.Volume, cfg map[string]string) (int64, error) {
 	if !m.inst.record().IsVM() {
 		return m.d.imageLimit(cfg), nil
 	}
-	if _, err := qemu.PrepareStateDir(m.d.storage.Path(ck)); err != nil {
+	if _, err := storage.PrepareNoDataSumDir(m.d.storage.Path(ck)); err != nil {
 		return 0, err
 	}
 	return vmStateLimit(cfg)

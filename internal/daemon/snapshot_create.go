@@ -10,7 +10,6 @@ import (
 	"github.com/vesselhost/vessel/internal/api"
 	"github.com/vesselhost/vessel/internal/imgstream"
 	"github.com/vesselhost/vessel/internal/operations"
-	"github.com/vesselhost/vessel/internal/qemu"
 	"github.com/vesselhost/vessel/internal/revert"
 	"github.com/vesselhost/vessel/internal/runtime"
 	"github.com/vesselhost/vessel/internal/state"
@@ -202,7 +201,7 @@ type snapshotCheckpoint struct {
 // session (before the freeze: none of this needs to be frozen). CRIU's
 // dump.log goes outside the checkpoint, so it is still there to read when
 // a failed checkpoint has been removed. On btrfs the volume is made
-// NODATASUM (qemu.PrepareStateDir, as a VM's state): the restore reads the
+// NODATASUM (storage.PrepareNoDataSumDir, as a VM's state): the restore reads the
 // pages with O_DIRECT into memory it populates on the way, and on this
 // project's 2-core hosts btrfs's verification of every block's checksum
 // competed with that for the CPU (a restore-like read of 1 GiB alone:
@@ -216,7 +215,7 @@ func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap strin
 	}
 	sc := &snapshotCheckpoint{d: d, name: name, snap: snap, dir: d.storage.Path(vol)}
 	work := d.cfg.dumpWorkDir(name)
-	_, err := qemu.PrepareStateDir(sc.dir)
+	_, err := storage.PrepareNoDataSumDir(sc.dir)
 	if err == nil {
 		err = os.RemoveAll(work)
 	}

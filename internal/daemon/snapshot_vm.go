@@ -18,7 +18,7 @@ import (
 // Snapshots of virtual machines. The disk is the VM's container volume
 // (vm.DiskFile in it), snapshotted like a container's. The memory and
 // device state of a stateful snapshot is one file, vmStateFile, in the
-// snapshot's checkpoint volume (NODATASUM on btrfs: qemu.PrepareStateDir),
+// snapshot's checkpoint volume (NODATASUM on btrfs: storage.PrepareNoDataSumDir),
 // written by QEMU's mapped-ram file migration (qemu.Save: multifd
 // channels, O_DIRECT, no bandwidth cap).
 //
@@ -115,7 +115,7 @@ func (d *Daemon) snapshotVMLocked(ctx context.Context, op *operations.Operation,
 			return fmt.Errorf("create checkpoint volume: %w", err)
 		}
 		r.Add(func() { d.undo("remove checkpoint volume", name, d.storage.DeleteVolume(bg, ckVol)) })
-		nocow, err := qemu.PrepareStateDir(d.storage.Path(ckVol))
+		nocow, err := storage.PrepareNoDataSumDir(d.storage.Path(ckVol))
 		if err != nil {
 			return err
 		}

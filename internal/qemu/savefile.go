@@ -16,7 +16,7 @@ package qemu
 //   - QEMU does not fsync the file when the migration completes; Save does
 //     (the file, then its directory) before it reports success;
 //   - on btrfs since kernel 6.14, an O_DIRECT write to a file with data
-//     checksums is turned into a buffered one; PrepareStateDir marks the
+//     checksums is turned into a buffered one; storage.PrepareNoDataSumDir marks the
 //     state directory NODATASUM (FS_NOCOW_FL, chattr +C) while it is empty,
 //     so the files made in it inherit the flag.
 //
@@ -27,7 +27,6 @@ package qemu
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -152,7 +151,7 @@ type SaveStats struct {
 // by QEMU for the last pass; the VM is left stopped ("postmigrate") and
 // `cont` resumes it. path must be absolute and
 // hold no comma (QEMU's URI syntax); its directory should have been made
-// with PrepareStateDir. The file is fsynced, and its directory, before Save
+// with storage.PrepareNoDataSumDir. The file is fsynced, and its directory, before Save
 // returns nil.
 func Save(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveStats, error) {
 	start := time.Now()
@@ -436,8 +435,3 @@ func hmpTimed(ctx context.Context, mon Runner, cmd, tag string) (time.Duration, 
 	}
 	return d, nil
 }
-
-// errNotEmpty is returned by PrepareStateDir for a directory that already
-// holds files (the NODATASUM flag only reaches files made after it is
-// set).
-var errNotEmpty = errors.New("state directory is not empty")

@@ -218,20 +218,6 @@ func TestStatePathChecked(t *testing.T) {
 	}
 }
 
-func TestPrepareStateDirNotBtrfs(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "a", "state")
-	nocow, err := PrepareStateDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nocow {
-		t.Error("NOCOW reported off btrfs")
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		t.Errorf("state dir not made: %v", err)
-	}
-}
-
 func TestHMPFailureIsAnError(t *testing.T) {
 	mon := hmpFake{out: "Error: No block device can accept snapshots"}
 	if _, err := SaveVM(context.Background(), mon, "snap"); !errors.Is(err, ErrMigration) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vesselhost/vessel/bench/vmsnapshot/guest"
 	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/storage"
 	"github.com/vesselhost/vessel/internal/testutil"
 )
 
@@ -32,7 +33,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := filepath.Join(dir, "state")
-	if _, err := qemu.PrepareStateDir(stateDir); err != nil {
+	if _, err := storage.PrepareNoDataSumDir(stateDir); err != nil {
 		t.Fatal(err)
 	}
 	cfg := guest.Config{Kernel: kernel, Initrd: initrd, Dir: dir, MemMiB: 512, SMP: 1, Seed: 7}

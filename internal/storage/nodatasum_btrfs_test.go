@@ -1,4 +1,4 @@
-package qemu
+package storage
 
 import (
 	"errors"
@@ -13,17 +13,17 @@ import (
 	"github.com/vesselhost/vessel/internal/testutil"
 )
 
-// TestPrepareStateDirBtrfs checks on a real btrfs (a loop device) that the
+// TestPrepareNoDataSumDirBtrfs checks on a real btrfs (a loop device) that the
 // state directory gets FS_NOCOW_FL, that files made in it inherit it (so
 // QEMU's O_DIRECT writes stay direct on kernels ≥ 6.14), and that a
 // non-empty directory without it is refused.
-func TestPrepareStateDirBtrfs(t *testing.T) {
+func TestPrepareNoDataSumDirBtrfs(t *testing.T) {
 	testutil.NeedRoot(t)
 	mnt := btrfsLoop(t)
 	dir := filepath.Join(mnt, "vm", "state")
-	nocow, err := PrepareStateDir(dir)
+	nocow, err := PrepareNoDataSumDir(dir)
 	if err != nil || !nocow {
-		t.Fatalf("PrepareStateDir: nocow %v, %v", nocow, err)
+		t.Fatalf("PrepareNoDataSumDir: nocow %v, %v", nocow, err)
 	}
 	f := filepath.Join(dir, "vm.state")
 	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
@@ -32,7 +32,7 @@ func TestPrepareStateDirBtrfs(t *testing.T) {
 	if !hasNoCOW(t, f) {
 		t.Error("a file made in the state dir is not NOCOW")
 	}
-	if nocow, err := PrepareStateDir(dir); err != nil || !nocow {
+	if nocow, err := PrepareNoDataSumDir(dir); err != nil || !nocow {
 		t.Errorf("again on the NOCOW dir with files: nocow %v, %v", nocow, err)
 	}
 
@@ -43,7 +43,7 @@ func TestPrepareStateDirBtrfs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(full, "f"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PrepareStateDir(full); !errors.Is(err, errNotEmpty) {
+	if _, err := PrepareNoDataSumDir(full); !errors.Is(err, errNotEmpty) {
 		t.Errorf("non-empty checksummed dir: %v, want errNotEmpty", err)
 	}
 }
@@ -99,4 +99,18 @@ func btrfsLoop(t *testing.T) string {
 		}
 	})
 	return mnt
+}
+
+func TestPrepareNoDataSumDirNotBtrfs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "state")
+	nocow, err := PrepareNoDataSumDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nocow {
+		t.Error("NOCOW reported off btrfs")
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("state dir not made: %v", err)
+	}
 }
