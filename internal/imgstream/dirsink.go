@@ -21,6 +21,9 @@ const (
 	DefaultBlockSize = 1 << 20
 	// DefaultDepth is how many writes are in flight at once.
 	DefaultDepth = 4
+	// growBlocks is how far ahead of its writes, in blocks, a direct
+	// file's size is set (see DirSink).
+	growBlocks = 64
 	// alignment is what O_DIRECT needs of buffers, offsets and lengths
 	// on every filesystem vessel uses (the logical block size is at most
 	// the page size).
@@ -34,6 +37,19 @@ const (
 // synced and renamed into place. The last, partial block is written padded
 // and the file truncated to its real size. A filesystem that refuses
 // O_DIRECT gets buffered writes (then synced) instead.
+//
+// A direct file's size is kept ahead of the writes (ftruncate, growBlocks
+// blocks at a time; the holes cost no space, and the final Truncate sets
+// the real size): a direct write that ends past the end of the file
+// extends it, and btrfs (btrfs_direct_write, as ext4 and XFS) serves
+// such a write under the inode's exclusive lock, held until the write
+// has completed, so writes appending to a file run one at a time
+// whatever the depth. Within the size they take the lock shared and
+// Depth of them reach the device at once. 1 GiB through a pipe into a
+// NODATASUM directory of a btrfs loop pool: ~1.0 GB/s appending, ~1.9
+// growing ahead, fio's 1 MiB O_DIRECT qd8 write of a fallocated file
+// ~1.8, same rounds (preallocating with FALLOC_FL_KEEP_SIZE, which
+// leaves the size alone: ~1.05).
 //
 // Store returns once the file's data is durable; the directory entries of a
 // batch of files are made durable by one SyncDir at the end (a directory
@@ -156,7 +172,7 @@ func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, d
 		}()
 	}
 
-	var off int64
+	var off, size int64 // size: the file's, kept ahead of off by grow
 	var rerr error
 	for ctx.Err() == nil {
 		var buf []byte
@@ -174,6 +190,14 @@ func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, d
 				// The tail: pad to the alignment; Truncate cuts it off.
 				w = (n + alignment - 1) / alignment * alignment
 				clear(buf[n:w])
+			}
+			if direct && off+int64(w) > size {
+				size = off + int64(growBlocks*bs)
+				if err := f.Truncate(size); err != nil {
+					rerr = fmt.Errorf("grow: %w", err)
+					free <- buf
+					break
+				}
 			}
 			todo <- block{buf: buf[:w], off: off}
 			off += int64(n)
