@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/moby/sys/mountinfo"
 	"github.com/vishvananda/netns"
@@ -100,14 +101,14 @@ const (
 // which must not exist. The calling goroutine's namespace is not changed:
 // the work runs on a separate goroutine locked to its own OS thread.
 //
-// The namespace is made from a short-lived one of the thread's own whose
-// child-table sysctls are set (see netnsTCPEhashEntries), so it gets socket
-// tables of its own without a host-wide setting changed; the first is
-// gone once the thread leaves it. The limits the kernel derives from the
-// table's size (tcp_max_tw_buckets, tcp_max_syn_backlog) are set back to
-// the host's values. A kernel without the sysctls, or one that cannot
-// allocate the tables, gives the namespace the host's, as before.
-func createNetns(path string) (err error) {
+// The namespace is made from parent (tableParent's), whose child-table
+// sysctls are set (see netnsTCPEhashEntries), so it gets socket tables of
+// its own without a host-wide setting changed. The limits the kernel
+// derives from the table's size (tcp_max_tw_buckets, tcp_max_syn_backlog)
+// are set back to the host's values. A kernel without the sysctls, or
+// one that cannot allocate the tables, gives the namespace the host's, as
+// before.
+func createNetns(path string, parent netns.NsHandle) (err error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return fmt.Errorf("create netns file: %w", err)
@@ -125,7 +126,13 @@ func createNetns(path string) (err error) {
 	if err != nil {
 		return err
 	}
-	return onThreadIn(unshareWithOwnTables, func() error {
+	enter := func() error {
+		if err := netns.Set(parent); err != nil {
+			return err
+		}
+		return unix.Unshare(unix.CLONE_NEWNET)
+	}
+	return onThreadIn(enter, func() error {
 		if err := writeNetSysctls(host); err != nil {
 			return err
 		}
@@ -143,15 +150,47 @@ func createNetns(path string) (err error) {
 	})
 }
 
-// unshareWithOwnTables moves the calling thread into a new network
-// namespace with socket tables of its own: it unshares one, sets its
-// child-table sysctls, and unshares the namespace made from it. Without
-// the sysctls (ENOENT) the first namespace is the result.
-func unshareWithOwnTables() error {
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return err
+// tableParent is the network namespace a Manager makes containers'
+// namespaces from: a namespace of vesseld's own (no process, no link; an
+// open descriptor holds it until the daemon exits) in which the
+// child-table sysctls are set. It is made once, at the first container's
+// namespace: one made and dropped per container would be torn down by the
+// kernel's cleanup_net shortly after, and a migration target makes the
+// container's namespace just before the source freezes (that teardown,
+// tens of ms of RCU waits and rtnl work on a 2-core host, then overlaps
+// the restore).
+type tableParent struct {
+	mu sync.Mutex
+	h  netns.NsHandle
+	ok bool
+}
+
+// get returns the parent namespace, making it first if need be.
+func (p *tableParent) get() (netns.NsHandle, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ok {
+		return p.h, nil
 	}
-	set := 0
+	var h netns.NsHandle
+	err := onThreadIn(func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() error {
+		if err := setChildTables(); err != nil {
+			return err
+		}
+		var err error
+		h, err = netns.Get()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("make the parent netns of containers': %w", err)
+	}
+	p.h, p.ok = h, true
+	return h, nil
+}
+
+// setChildTables sets the calling thread's namespace's child-table
+// sysctls (those this kernel has).
+func setChildTables() error {
 	for name, n := range map[string]int{
 		"net/ipv4/tcp_child_ehash_entries": netnsTCPEhashEntries,
 		"net/ipv4/udp_child_hash_entries":  netnsUDPHashEntries,
@@ -163,12 +202,8 @@ func unshareWithOwnTables() error {
 		if err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
-		set++
 	}
-	if set == 0 {
-		return nil
-	}
-	return unix.Unshare(unix.CLONE_NEWNET)
+	return nil
 }
 
 // readNetSysctls reads the calling thread's namespace's values of names
