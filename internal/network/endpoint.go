@@ -54,7 +54,11 @@ func (m *Manager) Attach(ctx context.Context, name string, addr netip.Addr) (_ E
 	r := revert.New()
 	defer r.Fail()
 	path := m.NetnsPath(name)
-	if err := createNetns(path); err != nil {
+	parent, err := m.tables.get()
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
+	}
+	if err := createNetns(path, parent); err != nil {
 		return Endpoint{}, fmt.Errorf("attach %s: %w", name, err)
 	}
 	// An undo that fails is reported with the failure it undoes.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -297,6 +298,46 @@ func TestAttachLeavesThreadsAlone(t *testing.T) {
 		}
 		if ns != hostNS {
 			t.Errorf("thread %s is in %s, not the host's %s", task.Name(), ns, hostNS)
+		}
+	}
+}
+
+// TestNetnsOwnSocketTables checks that a container's namespace has TCP and
+// UDP tables of its own (the kernel shows a shared table's size as
+// negative) and the host's table-derived TCP limits.
+func TestNetnsOwnSocketTables(t *testing.T) {
+	e := setupEnv(t)
+	a := e.attach("a", nil)
+	host, err := readNetSysctls("net/ipv4/tcp_max_tw_buckets", "net/ipv4/tcp_max_syn_backlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	err = onThreadIn(func() error {
+		h, err := netns.GetFromPath(a.Netns)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return netns.Set(h)
+	}, func() error {
+		var err error
+		got, err = readNetSysctls("net/ipv4/tcp_ehash_entries", "net/ipv4/udp_hash_entries",
+			"net/ipv4/tcp_max_tw_buckets", "net/ipv4/tcp_max_syn_backlog")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"net/ipv4/tcp_ehash_entries":   strconv.Itoa(netnsTCPEhashEntries),
+		"net/ipv4/udp_hash_entries":    strconv.Itoa(netnsUDPHashEntries),
+		"net/ipv4/tcp_max_tw_buckets":  host["net/ipv4/tcp_max_tw_buckets"],
+		"net/ipv4/tcp_max_syn_backlog": host["net/ipv4/tcp_max_syn_backlog"],
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s in the container's netns = %q, want %q", k, got[k], v)
 		}
 	}
 }

@@ -26,6 +26,7 @@ type Manager struct {
 	layout  subnetLayout
 	ipt     iptables
 	filters portFilters
+	tables  *tableParent // containers' namespaces are made from it
 }
 
 // New validates cfg and returns a Manager for it. It touches nothing on the
@@ -67,7 +68,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.Subnet = l.prefix
 	cfg.NetnsDir = filepath.Clean(cfg.NetnsDir)
-	return &Manager{cfg: cfg, layout: l, ipt: iptables{path: "iptables"},
+	return &Manager{cfg: cfg, layout: l, tables: &tableParent{}, ipt: iptables{path: "iptables"},
 		filters: portFilters{bridge: cfg.Bridge, dial: dialNFT}}, nil
 }
 
