@@ -108,13 +108,6 @@ type SaveOptions struct {
 	// NoSync (Save only) leaves the fsync of the file to the caller
 	// (SyncFile): a live snapshot resumes the VM before it.
 	NoSync bool
-	// KeepCache (Load only, FormatMappedRAM) leaves the state file's page
-	// cache alone during the load; by default Load drops it at every poll
-	// (dropCache), for comparison.
-	KeepCache bool
-
-	// onPoll, if set, runs after every query-migrate of waitMigration.
-	onPoll func()
 }
 
 // Live save defaults: a short stop at the end (the file takes about 1 GB/s
@@ -257,11 +250,6 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err != nil {
 		return st, err
 	}
-	if opts.Format == FormatMappedRAM && !opts.KeepCache {
-		drop, done := dropCache(path)
-		defer done()
-		opts.onPoll = drop
-	}
 	if err := migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st); err != nil {
 		return st, fmt.Errorf("load %s: %w", path, err)
 	}
@@ -313,9 +301,6 @@ func waitMigration(ctx context.Context, mon Runner, opts SaveOptions) (info migr
 		}
 		if opts.Progress != nil && info.RAM != nil {
 			opts.Progress(info.RAM.Transferred, info.RAM.Total)
-		}
-		if opts.onPoll != nil {
-			opts.onPoll()
 		}
 		switch info.Status {
 		case "completed":
