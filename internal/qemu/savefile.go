@@ -108,6 +108,9 @@ type SaveOptions struct {
 	// NoSync (Save only) leaves the fsync of the file to the caller
 	// (SyncFile): a live snapshot resumes the VM before it.
 	NoSync bool
+	// NoPrealloc (Load only, FormatMappedRAM) leaves the guest's RAM to be
+	// faulted in by the channels' reads (preallocRAM), for comparison.
+	NoPrealloc bool
 }
 
 // Live save defaults: a short stop at the end (the file takes about 1 GB/s
@@ -245,6 +248,11 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	}
 	if err := configure(mon, opts); err != nil {
 		return st, fmt.Errorf("load %s: %w", path, err)
+	}
+	if opts.Format == FormatMappedRAM && !opts.NoPrealloc {
+		if err := preallocRAM(mon); err != nil {
+			return st, fmt.Errorf("load %s: %w", path, err)
+		}
 	}
 	uri, err := loadURI(path, opts.Format)
 	if err != nil {
