@@ -242,8 +242,9 @@ func migrateFile(ctx context.Context, mon Runner, cmd, uri string, opts SaveOpti
 // saved one). The VM is left paused when QEMU was started with -S; `cont`
 // is the caller's. opts.Format must be the one the file was saved with.
 // A mapped-ram load has QEMU populate its guest RAM first (preallocRAM,
-// unless opts.NoPrealloc), so the channels' O_DIRECT reads stay direct:
-// QEMU should be in its memory cgroup by then.
+// unless opts.NoPrealloc or the file holds less than half of the RAM:
+// populateWorth), so the channels' O_DIRECT reads stay direct: QEMU should
+// be in its memory cgroup by then.
 func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveStats, error) {
 	start := time.Now()
 	var st SaveStats
@@ -258,7 +259,11 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	}
 	if opts.Format == FormatMappedRAM && !opts.NoPrealloc {
 		pstart := time.Now()
-		if err := preallocRAM(mon); err != nil {
+		worth, err := populateWorth(mon, path)
+		if err == nil && worth {
+			err = preallocRAM(mon)
+		}
+		if err != nil {
 			return st, fmt.Errorf("load %s: %w", path, err)
 		}
 		st.Prealloc = time.Since(pstart)

@@ -2,7 +2,9 @@ package qemu
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 )
 
 // preallocThreads is the threads QEMU populates a load's RAM with.
@@ -24,6 +26,11 @@ const preallocThreads = 2
 // file holds as zero pages (holes) is populated too. QEMU is in its cgroup
 // by now (a load's caller moves it there before Load), so the RAM is
 // charged there.
+//
+// So a load populates only when the file holds most of the guest's RAM
+// (populateWorth): a VM saved with little of its memory in use (the rest
+// holes in the file) is loaded as before, its untouched RAM left
+// unallocated, rather than grown to its whole size by the restore.
 func preallocRAM(mon Runner) error {
 	var objs []struct {
 		Name string `json:"name"`
@@ -50,4 +57,27 @@ func preallocRAM(mon Runner) error {
 		return fmt.Errorf("prealloc: no memory backend under /objects")
 	}
 	return nil
+}
+
+// populateWorth reports whether the mapped-ram file at path holds at
+// least half of the guest's RAM (its allocated bytes against QEMU's
+// base-memory): then populating all of it first costs little memory the
+// load would not take anyway. A QEMU that does not report its memory size
+// gets the populate.
+func populateWorth(mon Runner, path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, fmt.Errorf("prealloc: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true, nil
+	}
+	var mem struct {
+		Base int64 `json:"base-memory"`
+	}
+	if err := run(mon, "query-memory-size-summary", nil, &mem); err != nil {
+		return false, fmt.Errorf("prealloc: %w", err)
+	}
+	return mem.Base == 0 || 2*st.Blocks*512 >= mem.Base, nil
 }
