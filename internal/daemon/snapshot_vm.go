@@ -287,7 +287,7 @@ func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation
 		return err
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)),
-		"load_ms": ms(st.Migrate), "file_bytes": st.FileBytes})
+		"load_ms": ms(st.Prealloc + st.Migrate), "prealloc_ms": ms(st.Prealloc), "file_bytes": st.FileBytes})
 	return nil
 }
 

@@ -53,7 +53,11 @@ func (m *fakeMonitor) Run(raw []byte) ([]byte, error) {
 			v.running, v.status = false, "paused"
 		case "cont":
 			v.running, v.status = true, ""
-		case "migrate-set-capabilities", "migrate-set-parameters", "migrate_cancel":
+		case "migrate-set-capabilities", "migrate-set-parameters", "migrate_cancel", "qom-set":
+		case "query-memory-size-summary": // a load populates the RAM if its file holds most of it
+			ret = map[string]any{"base-memory": 0}
+		case "qom-list": // a load populates the RAM backend first
+			ret = []map[string]string{{"name": "pc.ram", "type": "child<memory-backend-ram>"}}
 		case "migrate", "migrate-incoming":
 			var a struct {
 				URI string `json:"uri"`

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,8 @@ type fakeMonitor struct {
 	migrate []string // successive query-migrate statuses; the last repeats
 	sent    []map[string]any
 	onQuery func(n int)
+	// ram is query-memory-size-summary's base-memory (0: not reported).
+	ram     int64
 	queries int
 	// passes is query-migrate's ram.dirty-sync-count; completeOnStop
 	// makes a stop end the migration (a live save Save stopped).
@@ -37,6 +41,10 @@ func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
 	switch req["execute"] {
 	case "query-status":
 		return []byte(`{"return":{"status":"` + f.status + `","running":false}}`), nil
+	case "query-memory-size-summary":
+		return []byte(`{"return":{"base-memory":` + strconv.FormatInt(f.ram, 10) + `}}`), nil
+	case "qom-list":
+		return []byte(`{"return":[{"name":"pc.ram","type":"child<memory-backend-ram>"},{"name":"rng0","type":"child<rng-random>"}]}`), nil
 	case "stop":
 		f.status = "paused"
 		if f.completeOnStop {
@@ -203,6 +211,49 @@ func TestLoad(t *testing.T) {
 		if m["uri"] != tc.uri {
 			t.Errorf("%v: uri %v, want %s", tc.f, m["uri"], tc.uri)
 		}
+		// A mapped-ram load populates the RAM backend first (and only
+		// it), so that the channels' O_DIRECT reads stay direct.
+		var sets []string
+		for _, r := range mon.sent {
+			if r["execute"] == "qom-set" {
+				a := r["arguments"].(map[string]any)
+				sets = append(sets, fmt.Sprint(a["path"], " ", a["property"], "=", a["value"]))
+			}
+		}
+		want := ""
+		if tc.f == FormatMappedRAM {
+			want = fmt.Sprintf("/objects/pc.ram prealloc-threads=%d,/objects/pc.ram prealloc=true", preallocThreads)
+			if n := mon.names(); slices.Index(n, "qom-set") > slices.Index(n, "migrate-incoming") {
+				t.Errorf("prealloc after migrate-incoming: %v", n)
+			}
+		}
+		if got := strings.Join(sets, ","); got != want {
+			t.Errorf("%v: qom-set %q, want %q", tc.f, got, want)
+		}
+	}
+	mon = &fakeMonitor{t: t, status: "inmigrate", migrate: []string{"completed"}}
+	if _, err := Load(context.Background(), mon, path, SaveOptions{NoPrealloc: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mon.find("qom-set"); ok {
+		t.Error("NoPrealloc load populated the RAM")
+	}
+	// A file holding under half of the RAM (a guest that used little of
+	// it): the RAM is left to the reads, not grown to its whole size.
+	mon = &fakeMonitor{t: t, status: "inmigrate", migrate: []string{"completed"}, ram: 1 << 30}
+	if _, err := Load(context.Background(), mon, path, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mon.find("qom-set"); ok {
+		t.Error("a load of a 1-byte file for 1 GiB of RAM populated it")
+	}
+	// One holding at least half of it: populated.
+	mon = &fakeMonitor{t: t, status: "inmigrate", migrate: []string{"completed"}, ram: 4096}
+	if _, err := Load(context.Background(), mon, path, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mon.find("qom-set"); !ok {
+		t.Error("a load of a file holding all of the RAM did not populate it")
 	}
 }
 
