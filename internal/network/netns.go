@@ -174,7 +174,11 @@ func (p *tableParent) get() (netns.NsHandle, error) {
 	}
 	var h netns.NsHandle
 	err := onThreadIn(func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() error {
-		if err := setChildTables(); err != nil {
+		// The child-table sysctls (those this kernel has).
+		if err := writeNetSysctls(map[string]string{
+			"net/ipv4/tcp_child_ehash_entries": strconv.Itoa(netnsTCPEhashEntries),
+			"net/ipv4/udp_child_hash_entries":  strconv.Itoa(netnsUDPHashEntries),
+		}); err != nil {
 			return err
 		}
 		var err error
@@ -186,24 +190,6 @@ func (p *tableParent) get() (netns.NsHandle, error) {
 	}
 	p.h, p.ok = h, true
 	return h, nil
-}
-
-// setChildTables sets the calling thread's namespace's child-table
-// sysctls (those this kernel has).
-func setChildTables() error {
-	for name, n := range map[string]int{
-		"net/ipv4/tcp_child_ehash_entries": netnsTCPEhashEntries,
-		"net/ipv4/udp_child_hash_entries":  netnsUDPHashEntries,
-	} {
-		err := os.WriteFile("/proc/sys/"+name, []byte(strconv.Itoa(n)), 0)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("set %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 // readNetSysctls reads the calling thread's namespace's values of names
@@ -223,11 +209,16 @@ func readNetSysctls(names ...string) (map[string]string, error) {
 	return out, nil
 }
 
-// writeNetSysctls writes values (readNetSysctls') in the calling thread's
-// namespace.
+// writeNetSysctls writes values (names under /proc/sys, as
+// readNetSysctls') in the calling thread's namespace, skipping those this
+// kernel lacks.
 func writeNetSysctls(values map[string]string) error {
 	for name, v := range values {
-		if err := os.WriteFile("/proc/sys/"+name, []byte(v), 0); err != nil {
+		err := os.WriteFile("/proc/sys/"+name, []byte(v), 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
 	}

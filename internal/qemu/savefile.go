@@ -251,7 +251,8 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err := checkStatePath(path); err != nil {
 		return st, err
 	}
-	if _, err := os.Stat(path); err != nil {
+	fi, err := os.Stat(path)
+	if err != nil {
 		return st, fmt.Errorf("load: %w", err)
 	}
 	if err := configure(mon, opts); err != nil {
@@ -259,7 +260,7 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	}
 	if opts.Format == FormatMappedRAM && !opts.NoPrealloc {
 		pstart := time.Now()
-		worth, err := populateWorth(mon, path)
+		worth, err := populateWorth(mon, allocated(fi))
 		if err == nil && worth {
 			err = preallocRAM(mon)
 		}

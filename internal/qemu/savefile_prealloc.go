@@ -2,9 +2,7 @@ package qemu
 
 import (
 	"fmt"
-	"os"
 	"strings"
-	"syscall"
 )
 
 // preallocThreads is the threads QEMU populates a load's RAM with.
@@ -59,25 +57,16 @@ func preallocRAM(mon Runner) error {
 	return nil
 }
 
-// populateWorth reports whether the mapped-ram file at path holds at
-// least half of the guest's RAM (its allocated bytes against QEMU's
-// base-memory): then populating all of it first costs little memory the
-// load would not take anyway. A QEMU that does not report its memory size
-// gets the populate.
-func populateWorth(mon Runner, path string) (bool, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return false, fmt.Errorf("prealloc: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return true, nil
-	}
+// populateWorth reports whether a mapped-ram file of fileBytes allocated
+// bytes holds at least half of the guest's RAM (QEMU's base-memory): then
+// populating all of it first costs little memory the load would not take
+// anyway. A QEMU that does not report its memory size gets the populate.
+func populateWorth(mon Runner, fileBytes int64) (bool, error) {
 	var mem struct {
 		Base int64 `json:"base-memory"`
 	}
 	if err := run(mon, "query-memory-size-summary", nil, &mem); err != nil {
 		return false, fmt.Errorf("prealloc: %w", err)
 	}
-	return mem.Base == 0 || 2*st.Blocks*512 >= mem.Base, nil
+	return mem.Base == 0 || 2*fileBytes >= mem.Base, nil
 }
