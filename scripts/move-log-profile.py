@@ -30,13 +30,18 @@ def parse(path):
 def moves(d):
     logs = [f for f in glob.glob(d + '/*.log') if re.search(r'-(alpha|beta)\.log$', f)]
     evs = sorted([e for f in logs for e in parse(f)], key=lambda e: e[0])
-    rows, cur, pend = [], None, {}
+    rows, cur, pend, dpend = [], None, {}, {}
     for t, msg, kv in evs:
         g = lambda k: dur(kv[k])
+        if msg in ('migration source: disk pass sent', 'migration target: disk pass received') and kv.get('final') == 'true':
+            k = 'disk_sent' if 'source' in msg else 'disk_recv'
+            (cur if cur is not None and 'disk' not in cur else dpend)[k] = g('took')
+            continue
         if msg == 'checkpoint criu returned': pend = {'criu_dump': g('after')}; continue
         if msg == 'checkpoint pages stored': pend['pages'] = g('after'); continue
         if msg == 'migration source: checkpoint':
             cur = dict(pend); pend = {}
+            cur.update(dpend); dpend = {}
             cur.update({'ckpt': g('took'), 'freeze2ck': g('since freeze')}); cur['freeze'] = t - cur['freeze2ck']
         if cur is None: continue
         if msg == 'migration source: final disk': cur['disk'] = g('took')
@@ -71,6 +76,8 @@ KEYS = [
  ('criu_dump', "CRIU's dump request (copy mode)"),
  ('pages_store', 'pages stored after CRIU answered (copy mode)'),
  ('disk', 'the final disk increment, beside the dump'),
+ ('disk_sent', "of which the source's snapshot and btrfs send"),
+ ('disk_recv', "the target's receive (from its start, the stream's wait included)"),
  ('crit_disk', 'the final increment past the dump'),
  ('senddir', 'the images written to their stream (source)'),
  ('images', 'the images sent until "images-done"'),

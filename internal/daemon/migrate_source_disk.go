@@ -125,8 +125,10 @@ func (m *migrationSource) sendDisk(ctx context.Context, final bool) (int64, erro
 		phase = "final disk"
 	}
 	p := startProgress(m.op, map[string]any{"phase": phase, "iteration": i, api.MetaBytes: 0}, nil)
+	tSend := time.Now()
 	serr := m.disk.SendPass(ctx, io.MultiWriter(st, p))
 	st.Close()
+	m.d.log.Debug("migration source: disk pass sent", "name", m.name, "final", final, "took", time.Since(tSend))
 	sent := p.end()
 	if serr != nil {
 		select {

@@ -30,20 +30,49 @@ func (m *migrationTarget) receiveDisk(ctx context.Context, msg migration.Message
 	}
 	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration}, nil)
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
+	tRecv := time.Now()
 	err = m.disk.ReceivePass(ctx, cr)
+	m.d.log.Debug("migration target: disk pass received", "name", m.name, "final", msg.Final, "took", time.Since(tRecv), "bytes", cr.N)
 	switch {
 	case err != nil:
 	case msg.Final && m.hello.Live && m.d.storage.Info().DurableCommit:
 		// The volume is made now: that makes the pass durable too.
 		err = m.commitDisk(ctx)
-	default:
+	case msg.Final:
 		err = m.d.storage.Sync(ctx)
+	default:
+		err = m.syncAndPrepare(ctx)
 	}
 	p.end()
 	if err != nil {
 		return fmt.Errorf("receive disk: %w", err)
 	}
 	return m.sess.Send(migration.Message{Type: migration.MsgDiskSynced, Iteration: msg.Iteration, Bytes: cr.N})
+}
+
+// syncAndPrepare syncs a pass that another follows (the final one, at
+// the latest) and, beside the sync and before the acknowledgement, readies
+// the receiver for it where the driver can (storage.PassPreparer): the
+// source may freeze the container as soon as it has the acknowledgement,
+// and what is readied here is then not in the frozen window. A failed
+// preparation is logged; the next pass starts from nothing, as without it.
+func (m *migrationTarget) syncAndPrepare(ctx context.Context) error {
+	pp, ok := m.disk.(storage.PassPreparer)
+	if !ok {
+		return m.d.storage.Sync(ctx)
+	}
+	prepared := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		err := pp.PrepareNextPass(ctx)
+		m.d.log.Debug("migration target: next disk pass prepared", "name", m.name, "took", time.Since(t0))
+		prepared <- err
+	}()
+	err := m.d.storage.Sync(ctx)
+	if perr := <-prepared; perr != nil {
+		m.d.log.Warn("migration target: next disk pass not prepared", "name", m.name, "err", perr)
+	}
+	return err
 }
 
 // receiveImages stores the checkpoint images and waits for the page files

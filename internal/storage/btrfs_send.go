@@ -38,10 +38,15 @@ func (d *btrfsDriver) send(ctx context.Context, vol Volume, parent *Volume, w io
 
 // receive reads a btrfs send stream from r into the new read-only volume
 // vol with `btrfs receive --chroot -e DIR`, jailed (see jailedStart) and
-// behind a sendChecker. The stream names the subvolume it creates in vol's
-// directory: it must be vol's last name element, or nothing is received
-// (ErrTransferFormat). A failed receive leaves nothing.
-func (d *btrfsDriver) receive(ctx context.Context, vol Volume, r io.Reader) error {
+// behind a sendChecker: spare, if it was started for vol's directory, or
+// one started now (a spare for another directory is ended). The stream
+// names the subvolume it creates in vol's directory: it must be vol's last
+// name element, or nothing is received (ErrTransferFormat). A failed
+// receive leaves nothing.
+func (d *btrfsDriver) receive(ctx context.Context, vol Volume, r io.Reader, spare *receiveProc) error {
+	if spare != nil {
+		defer spare.end() // a no-op once fed
+	}
 	path, err := d.newVolumePath(vol)
 	if err != nil {
 		return err
@@ -57,14 +62,18 @@ func (d *btrfsDriver) receive(ctx context.Context, vol Volume, r io.Reader) erro
 	checker := newSendChecker(r)
 	r = io.MultiReader(bytes.NewReader(head), checker)
 	dir := filepath.Dir(path)
-	// dir is snapshots/NAME: the jail shows the pool with nothing else.
-	rel, err := filepath.Rel(d.root, dir)
-	top, keep, ok := strings.Cut(rel, "/")
-	if err != nil || !ok || top == ".." || strings.Contains(keep, "/") {
-		return fmt.Errorf("receive %s: %s is not two levels below the pool", vol, dir)
+	proc := spare
+	if proc != nil && proc.dir != dir {
+		proc.end()
+		proc = nil
 	}
-	jail := func(cmd *exec.Cmd) error { return jailedStart(cmd, d.root, top, keep) }
-	if err := d.tool.stream(ctx, []string{"receive", "--chroot", "-e", dir}, r, io.Discard, jail); err != nil {
+	if proc == nil {
+		proc, err = d.startReceive(dir)
+	}
+	if err == nil {
+		err = proc.feed(ctx, r)
+	}
+	if err != nil {
 		if checker.err != nil && !errors.Is(checker.err, io.EOF) {
 			// The checker cut the stream: its reason, not btrfs's.
 			err = checker.err
@@ -80,6 +89,83 @@ func (d *btrfsDriver) receive(ctx context.Context, vol Volume, r io.Reader) erro
 		return fmt.Errorf("receive %s: the stream made no subvolume %q: %w", vol, filepath.Base(path), ErrTransferFormat)
 	}
 	return nil
+}
+
+// receiveProc is a jailed `btrfs receive --chroot -e DIR` started before
+// its stream arrives, reading it from a pipe: a migration target starts
+// the final pass's while the container still runs
+// (btrfsReceiver.PrepareNextPass), so the exec, the jail's mount namespace
+// and its covers are not in the frozen window. Until it is fed it has made
+// nothing: a btrfs receive that reads an empty stream (its pipe closed by
+// end, or by this process's death) exits with an error and no subvolume.
+type receiveProc struct {
+	dir    string
+	cmd    *exec.Cmd
+	stdin  *os.File // the pipe's write end; nil once closed
+	stderr bytes.Buffer
+}
+
+// startReceive starts the jailed btrfs receive for dir (snapshots/NAME: the
+// jail shows the pool with nothing else).
+func (d *btrfsDriver) startReceive(dir string) (*receiveProc, error) {
+	rel, err := filepath.Rel(d.root, dir)
+	top, keep, ok := strings.Cut(rel, "/")
+	if err != nil || !ok || top == ".." || strings.Contains(keep, "/") {
+		return nil, fmt.Errorf("%s is not two levels below the pool", dir)
+	}
+	bin, err := exec.LookPath(d.tool.btrfsBin)
+	if err != nil {
+		return nil, fmt.Errorf("btrfs receive: %w", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("btrfs receive: %w", err)
+	}
+	p := &receiveProc{dir: dir, stdin: pw}
+	p.cmd = exec.Command(bin, "receive", "--chroot", "-e", dir)
+	p.cmd.Env = append(os.Environ(), "LC_ALL=C")
+	p.cmd.Stdin, p.cmd.Stderr = pr, &p.stderr
+	err = jailedStart(p.cmd, d.root, top, keep)
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		if p.cmd.Process != nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		return nil, fmt.Errorf("btrfs receive: %w", err)
+	}
+	return p, nil
+}
+
+// feed writes the stream r to the process and waits for it; cancelling ctx
+// kills it. The error carries btrfs's stderr.
+func (p *receiveProc) feed(ctx context.Context, r io.Reader) error {
+	stop := context.AfterFunc(ctx, func() { _ = p.cmd.Process.Kill() })
+	defer stop()
+	_, cerr := io.Copy(p.stdin, r)
+	p.stdin.Close()
+	p.stdin = nil
+	err := p.cmd.Wait()
+	if err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("btrfs receive --chroot -e %s: %w: %s", p.dir, err, strings.TrimSpace(p.stderr.String()))
+	}
+	return nil
+}
+
+// end stops a process never fed: its stream ends empty, and it is killed
+// and reaped.
+func (p *receiveProc) end() {
+	if p.stdin == nil {
+		return
+	}
+	p.stdin.Close()
+	p.stdin = nil
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
 }
 
 // stream runs btrfs with stdin from r (if not nil) and stdout to w; the

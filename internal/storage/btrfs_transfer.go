@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 )
 
 // btrfsSender sends a volume as btrfs send streams. A container volume is
@@ -88,9 +89,10 @@ func (s *btrfsSender) Close(ctx context.Context) error {
 // receiver's container name), and Commit clones the last one into the
 // writable container volume. A snapshot volume is received as itself.
 type btrfsReceiver struct {
-	d   *btrfsDriver
-	st  transferState
-	got []Volume // subvolumes received and not yet handed over, oldest first
+	d     *btrfsDriver
+	st    transferState
+	got   []Volume     // subvolumes received and not yet handed over, oldest first
+	spare *receiveProc // the next pass's btrfs receive, started early (PrepareNextPass)
 }
 
 // NewReceiver implements Driver.
@@ -126,7 +128,9 @@ func (r *btrfsReceiver) receivePass(ctx context.Context, rd io.Reader) error {
 			return fmt.Errorf("receive %s: remove leftover: %w", r.st.vol, err)
 		}
 	}
-	if err := r.d.receive(ctx, into, rd); err != nil {
+	spare := r.spare
+	r.spare = nil
+	if err := r.d.receive(ctx, into, rd, spare); err != nil {
 		if into != r.st.vol {
 			return fmt.Errorf("receive %s: pass %d: %w", r.st.vol, r.st.passes, err)
 		}
@@ -152,10 +156,32 @@ func (r *btrfsReceiver) Commit(ctx context.Context) error {
 	return nil
 }
 
+// PrepareNextPass implements PassPreparer: the next pass of a container
+// volume gets its btrfs receive started now (the exec and the jail, most of
+// a small pass's time), to be fed when the pass arrives. A snapshot volume
+// has one pass, and nothing is prepared for it.
+func (r *btrfsReceiver) PrepareNextPass(ctx context.Context) error {
+	if r.st.vol.Type != VolumeContainer || r.spare != nil || r.st.closed || r.st.committed {
+		return nil
+	}
+	dir := filepath.Dir(r.d.Path(transferSnapshot(r.st.vol.Name, r.st.passes)))
+	p, err := r.d.startReceive(dir)
+	if err != nil {
+		return fmt.Errorf("prepare the next pass of %s: %w", r.st.vol, err)
+	}
+	r.spare = p
+	return nil
+}
+
 // Close implements VolumeReceiver: it deletes the transfer snapshots, and
-// a snapshot volume not committed.
+// a snapshot volume not committed; a prepared btrfs receive never fed is
+// ended.
 func (r *btrfsReceiver) Close(ctx context.Context) error {
 	r.st.closed = true
+	if r.spare != nil {
+		r.spare.end()
+		r.spare = nil
+	}
 	return deleteVolumes(ctx, r.d, &r.got)
 }
 

@@ -135,3 +135,48 @@ func TestBtrfsReceiveWrongPass(t *testing.T) {
 		checkSnapshotDir(t, dst, "moved")
 	}
 }
+
+// TestBtrfsPreparedPass: a pass whose btrfs receive was started before it
+// (PassPreparer) is received as any other, a refused stream fed to one
+// leaves nothing, and one never fed is ended by Close with nothing made.
+func TestBtrfsPreparedPass(t *testing.T) {
+	testutil.NeedRoot(t)
+	src, dst := mountedLoopPools(t)
+	ctx := t.Context()
+	root := mustCreate(t, src, ct1)
+	writeFile(t, filepath.Join(root, "file"), []byte("first"))
+
+	s, r := mustSender(t, src, ct1, nil), mustReceiver(t, dst, moved)
+	pp, ok := r.(PassPreparer)
+	if !ok {
+		t.Fatal("the btrfs receiver is no PassPreparer")
+	}
+	mustPass(t, s, r)
+	must(t, pp.PrepareNextPass(ctx))
+	writeFile(t, filepath.Join(root, "file"), []byte("second"))
+	mustPass(t, s, r)
+	checkSnapshotDir(t, dst, "moved", ".migrate-0", ".migrate-1")
+	must(t, pp.PrepareNextPass(ctx)) // never fed
+	must(t, r.Commit(ctx))
+	mustClose(t, s)
+	mustClose(t, r)
+	checkSnapshotDir(t, dst, "moved")
+	checkSameTree(t, "container", root, dst.Path(moved))
+
+	// A prepared receive fed a pass of the wrong volume: refused, nothing left.
+	other := Volume{Type: VolumeContainer, Name: "other"}
+	s, r = mustSender(t, src, ct1, nil), mustReceiver(t, dst, other)
+	mustPass(t, s, r)
+	must(t, r.(PassPreparer).PrepareNextPass(ctx))
+	var wrong bytes.Buffer
+	must(t, src.CloneVolume(ctx, snap, ct1, true))
+	ws := mustSender(t, src, snap, nil)
+	must(t, ws.SendPass(ctx, &wrong))
+	mustClose(t, ws)
+	if err := r.ReceivePass(ctx, bytes.NewReader(wrong.Bytes())); !errors.Is(err, ErrTransferFormat) {
+		t.Errorf("wrong pass into a prepared receive: got %v, want ErrTransferFormat", err)
+	}
+	mustClose(t, s)
+	mustClose(t, r)
+	checkSnapshotDir(t, dst, "other")
+}

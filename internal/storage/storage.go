@@ -196,6 +196,17 @@ type VolumeSender interface {
 	Close(ctx context.Context) error
 }
 
+// A PassPreparer is a VolumeReceiver that can ready the next pass before
+// it arrives (btrfs: start its btrfs receive), so that the pass itself,
+// the final one of a live move in particular, only applies the stream.
+// Optional: a caller that knows another pass follows calls it between
+// passes; a failure only means the next pass starts from nothing.
+type PassPreparer interface {
+	// PrepareNextPass readies the next ReceivePass. What it started is
+	// ended by Close if no pass uses it.
+	PrepareNextPass(ctx context.Context) error
+}
+
 // A VolumeReceiver applies a sender's passes.
 //
 // A failed pass removes what it half applied (on dir that is the whole
