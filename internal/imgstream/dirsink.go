@@ -78,9 +78,12 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	if err := checkName(name); err != nil {
 		return fmt.Errorf("store %q: %w", name, err)
 	}
-	bs := s.BlockSize
+	bs, depth := s.BlockSize, s.Depth
 	if bs <= 0 {
 		bs = DefaultBlockSize
+	}
+	if depth <= 0 {
+		depth = DefaultDepth
 	}
 	if bs%alignment != 0 {
 		return fmt.Errorf("store %s: block size %d is not a multiple of %d", name, bs, alignment)
@@ -91,7 +94,7 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", name, err)
 	}
-	size, err := s.store(ctx, f, r, bs, direct)
+	size, err := s.copyBlocks(ctx, f, r, bs, depth, direct)
 	if err == nil {
 		err = f.Truncate(size) // drops the padding of the last block
 	}
@@ -109,29 +112,6 @@ func (s *DirSink) Store(ctx context.Context, name string, r io.Reader) error {
 		return fmt.Errorf("store %s: %w", name, err)
 	}
 	return nil
-}
-
-// store writes r into f: spliced from r's pipe when r is one (a FIFO of
-// a capture) and f is direct, copied through buffers otherwise. It returns
-// the number of bytes written (f may be longer: see copyBlocks).
-func (s *DirSink) store(ctx context.Context, f *os.File, r io.Reader, bs int, direct bool) (int64, error) {
-	if ps, ok := r.(pipeSource); ok && direct {
-		depth := s.Depth
-		if depth <= 0 {
-			depth = DefaultSpliceDepth
-		}
-		if rc, err := ps.pipeConn(); err == nil {
-			n, err := s.spliceBlocks(ctx, f, r, rc, bs, depth)
-			if !errors.Is(err, errNoSplice) {
-				return n, err
-			}
-		}
-	}
-	depth := s.Depth
-	if depth <= 0 {
-		depth = DefaultDepth
-	}
-	return s.copyBlocks(ctx, f, r, bs, depth, direct, 0, 0)
 }
 
 // openDirect creates path for writing with O_DIRECT if direct is set and
@@ -157,11 +137,10 @@ type block struct {
 }
 
 // copyBlocks reads r in blocks of bs and writes them at increasing offsets
-// from off (a multiple of the alignment; the file's size is size) with
-// depth writers, returning off plus the number of bytes read. Buffers are
+// with depth writers, returning the number of bytes read. Buffers are
 // recycled through a free list: at most depth+1 exist, so memory is
 // bounded whatever the file's size.
-func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, depth int, direct bool, off, size int64) (int64, error) {
+func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, depth int, direct bool) (int64, error) {
 	arena, err := alignedAlloc(bs * (depth + 1))
 	if err != nil {
 		return 0, err
@@ -193,7 +172,7 @@ func (s *DirSink) copyBlocks(ctx context.Context, f *os.File, r io.Reader, bs, d
 		}()
 	}
 
-	// size: the file's, kept ahead of off by grow
+	var off, size int64 // size: the file's, kept ahead of off by grow
 	var rerr error
 	for ctx.Err() == nil {
 		var buf []byte
