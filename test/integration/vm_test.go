@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/cgroups"
 	"github.com/vesselhost/vessel/internal/network"
 	"github.com/vesselhost/vessel/internal/qemu"
 )
@@ -67,6 +69,20 @@ func TestVMLifecycle(t *testing.T) {
 	i := h.instances()["vm1"]
 	if i.Type != api.InstanceVM || i.Status != api.StatusRunning || i.PID == 0 || i.IPv4 == "" {
 		t.Fatalf("after launch: %+v", i)
+	}
+	// QEMU runs in the VM's own cgroups, under a finite memory limit (the
+	// guest's RAM and QEMU's overhead), from its launch on.
+	for _, ctl := range []string{"memory", "pids", "cpu"} {
+		if got, err := cgroups.ProcessCgroup(i.PID, ctl); err != nil || got != h.CgroupParent()+"/vm1" {
+			t.Errorf("qemu %d in %s cgroup %q (%v), want %s/vm1", i.PID, ctl, got, err, h.CgroupParent())
+		}
+	}
+	memFile := "memory.limit_in_bytes"
+	if v2 {
+		memFile = "memory.max"
+	}
+	if lim, err := strconv.ParseInt(h.CgroupFile("vm1", "memory", memFile), 10, 64); err != nil || lim < 256<<20 || lim > 2<<30 {
+		t.Errorf("vm1's memory limit %d (%v), want 256 MiB and QEMU's overhead", lim, err)
 	}
 	if table := h.OK("list"); !strings.Contains(table, "VIRTUAL-MACHINE") {
 		t.Errorf("list shows no VM type:\n%s", table)
