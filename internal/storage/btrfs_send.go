@@ -30,7 +30,7 @@ func (d *btrfsDriver) send(ctx context.Context, vol Volume, parent *Volume, w io
 		args = append(args, "-p", d.Path(*parent))
 	}
 	args = append(args, d.Path(vol))
-	if err := d.tool.stream(ctx, args, nil, w, nil); err != nil {
+	if err := d.tool.stream(ctx, args, w); err != nil {
 		return fmt.Errorf("send %s: %w", vol, err)
 	}
 	return nil
@@ -113,17 +113,17 @@ func (d *btrfsDriver) startReceive(dir string) (*receiveProc, error) {
 	if err != nil || !ok || top == ".." || strings.Contains(keep, "/") {
 		return nil, fmt.Errorf("%s is not two levels below the pool", dir)
 	}
-	bin, err := exec.LookPath(d.tool.btrfsBin)
+	// Not bound to a request's context: it waits for its stream past the
+	// call that started it; feed and end stop it.
+	cmd, err := d.tool.command(context.Background(), "receive", "--chroot", "-e", dir)
 	if err != nil {
-		return nil, fmt.Errorf("btrfs receive: %w", err)
+		return nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("btrfs receive: %w", err)
 	}
-	p := &receiveProc{dir: dir, stdin: pw}
-	p.cmd = exec.Command(bin, "receive", "--chroot", "-e", dir)
-	p.cmd.Env = append(os.Environ(), "LC_ALL=C")
+	p := &receiveProc{dir: dir, cmd: cmd, stdin: pw}
 	p.cmd.Stdin, p.cmd.Stderr = pr, &p.stderr
 	err = jailedStart(p.cmd, d.root, top, keep)
 	pr.Close()
@@ -168,28 +168,28 @@ func (p *receiveProc) end() {
 	_ = p.cmd.Wait()
 }
 
-// stream runs btrfs with stdin from r (if not nil) and stdout to w; the
-// error carries the tool's stderr. start, if not nil, starts the command
-// (a jail) instead of cmd.Start.
-func (b btrfsTool) stream(ctx context.Context, args []string, r io.Reader, w io.Writer, start func(*exec.Cmd) error) error {
+// command is btrfs with args, killed if ctx ends, its messages in English
+// (they are matched and shown as they are).
+func (b btrfsTool) command(ctx context.Context, args ...string) (*exec.Cmd, error) {
 	bin, err := exec.LookPath(b.btrfsBin)
 	if err != nil {
-		return fmt.Errorf("btrfs %s: %w", strings.Join(args, " "), err)
+		return nil, fmt.Errorf("btrfs %s: %w", strings.Join(args, " "), err)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	var stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, w, &stderr
-	if start == nil {
-		start = (*exec.Cmd).Start
-	}
-	if err = start(cmd); err == nil {
-		err = cmd.Wait()
-	} else if cmd.Process != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
+	return cmd, nil
+}
+
+// stream runs btrfs with its stdout to w, killed if ctx ends; the error
+// carries the tool's stderr.
+func (b btrfsTool) stream(ctx context.Context, args []string, w io.Writer) error {
+	cmd, err := b.command(ctx, args...)
 	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("btrfs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
