@@ -31,13 +31,7 @@ func (m *migrationTarget) receiveDisk(ctx context.Context, msg migration.Message
 	p := startProgress(m.op, map[string]any{"phase": "receive disk", "iteration": msg.Iteration}, nil)
 	cr := &migration.CountingReader{R: io.TeeReader(st, p)}
 	tRecv := time.Now()
-	if lp, ok := m.disk.(storage.LastPassReceiver); ok && msg.Final {
-		// btrfs: a final pass that changes nothing (an idle container's)
-		// is not applied; the volume is made from the pass before.
-		err = lp.ReceiveLastPass(ctx, cr)
-	} else {
-		err = m.disk.ReceivePass(ctx, cr)
-	}
+	err = m.disk.ReceivePass(ctx, cr)
 	m.d.log.Debug("migration target: disk pass received", "name", m.name, "final", msg.Final, "took", time.Since(tRecv), "bytes", cr.N)
 	switch {
 	case err != nil:

@@ -1,11 +1,9 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 )
 
@@ -33,9 +31,6 @@ const (
 	sendCmdSubvol    = 1
 	sendCmdSnapshot  = 2
 	sendAttrPath     = 15
-	sendAttrClUUID   = 20 // CLONE_UUID: an increment's parent
-	sendAttrClTrans  = 21 // CLONE_CTRANSID
-	sendCmdEnd       = 21
 	// sendMaxFirstCmd bounds the first command's attributes: a name,
 	// UUIDs and transaction ids take far less.
 	sendMaxFirstCmd = 64 << 10
@@ -100,57 +95,4 @@ func sendAttr(attrs []byte, typ uint16) (string, bool) {
 		attrs = attrs[4+n:]
 	}
 	return "", false
-}
-
-// unchangedIncrement reads the beginning of a send stream from r and says
-// whether the stream is an increment on prev (a received subvolume) that
-// changes nothing: its first command is SNAPSHOT with prev's received UUID
-// and the sender's ctransid as its parent (CLONE_UUID, CLONE_CTRANSID:
-// what btrfs receive looks its parent up by), the next and last one END,
-// then the stream ends, each command with its right checksum. btrfs
-// receive would make of it a snapshot of prev and nothing else. If not
-// (or on any read error), whole gives the stream from its first byte: what
-// was read, then the rest of r.
-func unchangedIncrement(r io.Reader, prev subvolInfo) (same bool, whole io.Reader) {
-	var seen bytes.Buffer
-	tee := io.TeeReader(r, &seen)
-	whole = io.MultiReader(&seen, r)
-	head, _, err := readSendHead(tee)
-	if err != nil || prev.ReceivedUUID == ([btrfsUUIDSize]byte{}) {
-		return false, whole
-	}
-	first := head[sendHeaderLen:]
-	if binary.LittleEndian.Uint16(first[4:]) != sendCmdSnapshot || !sendCmdSumOK(first) {
-		return false, whole
-	}
-	uuid, okU := sendAttr(first[sendCmdHeaderLen:], sendAttrClUUID)
-	trans, okT := sendAttr(first[sendCmdHeaderLen:], sendAttrClTrans)
-	if !okU || !okT || uuid != string(prev.ReceivedUUID[:]) || len(trans) != 8 ||
-		binary.LittleEndian.Uint64([]byte(trans)) != prev.Stransid {
-		return false, whole
-	}
-	end := make([]byte, sendCmdHeaderLen)
-	if _, err := io.ReadFull(tee, end); err != nil || binary.LittleEndian.Uint32(end) != 0 ||
-		binary.LittleEndian.Uint16(end[4:]) != sendCmdEnd || !sendCmdSumOK(end) {
-		return false, whole
-	}
-	var more [1]byte
-	if n, err := io.ReadFull(tee, more[:]); n != 0 || err != io.EOF {
-		return false, whole
-	}
-	return true, nil
-}
-
-// sendCmdSumOK checks a whole command's checksum: the kernel's crc32c()
-// (Castagnoli, seed 0, neither inverted before nor after; Go's
-// crc32.Update inverts both) over the command with its crc field zeroed.
-func sendCmdSumOK(cmd []byte) bool {
-	return binary.LittleEndian.Uint32(cmd[6:]) == sendCmdSum(cmd)
-}
-
-// sendCmdSum is the checksum of a whole command (its crc field ignored).
-func sendCmdSum(cmd []byte) uint32 {
-	c := bytes.Clone(cmd)
-	binary.LittleEndian.PutUint32(c[6:], 0)
-	return ^crc32.Update(^uint32(0), crc32.MakeTable(crc32.Castagnoli), c)
 }

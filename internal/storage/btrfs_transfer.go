@@ -117,33 +117,6 @@ func (r *btrfsReceiver) ReceivePass(ctx context.Context, rd io.Reader) error {
 	return r.st.endPass(r.receivePass(ctx, rd))
 }
 
-// ReceiveLastPass implements LastPassReceiver: a container volume's last
-// pass that changes nothing against the pass received before it
-// (unchangedIncrement) is read and not applied; its prepared btrfs
-// receive is ended, and Commit clones the pass before.
-func (r *btrfsReceiver) ReceiveLastPass(ctx context.Context, rd io.Reader) error {
-	if err := r.st.beginPass(); err != nil {
-		return err
-	}
-	r.st.last = true
-	if r.st.vol.Type == VolumeContainer && len(r.got) > 0 {
-		prev, err := getSubvolInfo(r.d.Path(r.got[len(r.got)-1]))
-		if err != nil {
-			return r.st.endPass(fmt.Errorf("receive %s: %w", r.st.vol, err))
-		}
-		same, whole := unchangedIncrement(rd, prev)
-		if same {
-			if r.spare != nil {
-				r.spare.end()
-				r.spare = nil
-			}
-			return r.st.endPass(nil)
-		}
-		rd = whole
-	}
-	return r.st.endPass(r.receivePass(ctx, rd))
-}
-
 // receivePass receives the snapshot volume, or the container volume's
 // next transfer snapshot (a leftover of a crashed transfer with its name
 // is deleted first).

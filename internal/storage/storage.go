@@ -196,20 +196,6 @@ type VolumeSender interface {
 	Close(ctx context.Context) error
 }
 
-// A LastPassReceiver is a VolumeReceiver that can be told which pass is
-// the last one (Commit follows, no pass after it). A last pass that
-// changes nothing against the pass before it is then not applied at all
-// (btrfs: an increment on the last received pass holding no command but
-// its subvolume's and the stream's end), and Commit makes the volume from
-// that earlier pass, which holds the same tree: a live move's final pass,
-// sent frozen, costs an idle container's target nothing but the read of
-// the stream. Optional: a caller that knows the pass is the last calls it
-// instead of ReceivePass.
-type LastPassReceiver interface {
-	// ReceiveLastPass is ReceivePass for the last pass.
-	ReceiveLastPass(ctx context.Context, r io.Reader) error
-}
-
 // A PassPreparer is a VolumeReceiver that can ready the next pass before
 // it arrives (btrfs: start its btrfs receive), so that the pass itself,
 // the final one of a live move in particular, only applies the stream.

@@ -89,8 +89,7 @@ func deleteVolumes(ctx context.Context, d Driver, vols *[]Volume) error {
 // Calls out of that order get an error wrapping ErrTransferState.
 type transferState struct {
 	vol       Volume
-	passes    int  // passes that succeeded
-	last      bool // the last pass has begun (LastPassReceiver)
+	passes    int // passes that succeeded
 	failed    bool
 	committed bool
 	closed    bool
@@ -105,8 +104,6 @@ func (s *transferState) beginPass() error {
 		return s.refuse("a pass after Commit")
 	case s.failed:
 		return s.refuse("a pass after a failed one")
-	case s.last:
-		return s.refuse("a pass after the last one")
 	case s.vol.Type == VolumeSnapshot && s.passes > 0:
 		return s.refuse("a second pass of a snapshot volume (it moves in one)")
 	}
