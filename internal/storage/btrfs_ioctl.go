@@ -104,47 +104,27 @@ func snapshotIoctl(src, dst string, readOnly bool) error {
 }
 
 // BTRFS_IOC_GET_SUBVOL_INFO is _IOR(0x94, 60, struct
-// btrfs_ioctl_get_subvol_info_args), 504 bytes; the offsets read here (from
-// linux/btrfs.h, checked with the C compiler) are the tree id, the
-// subvolume's UUID, its received UUID and the sender's ctransid of a
-// received subvolume (stransid). It needs no privilege and works on any
-// file of the subvolume.
+// btrfs_ioctl_get_subvol_info_args), 504 bytes (from linux/btrfs.h, checked
+// with the C compiler) beginning with the subvolume's tree id (__u64). It
+// needs no privilege and works on any file of the subvolume.
 const (
 	btrfsIocGetSubvolInfo = 0x81f8943c
 	btrfsSubvolInfoSize   = 504
-	btrfsSubvolInfoUUID   = 296
-	btrfsSubvolInfoRecvd  = 328
-	btrfsSubvolInfoStrans = 360
-	btrfsSubvolInfoTreeID = 0
-	btrfsUUIDSize         = 16
 )
 
-// subvolInfo is what vessel reads of BTRFS_IOC_GET_SUBVOL_INFO.
-type subvolInfo struct {
-	TreeID       uint64
-	UUID         [btrfsUUIDSize]byte
-	ReceivedUUID [btrfsUUIDSize]byte // zero unless received
-	Stransid     uint64              // the sender's ctransid of a received subvolume
-}
-
-// getSubvolInfo returns the subvolume info of the subvolume at path.
-func getSubvolInfo(path string) (subvolInfo, error) {
+// subvolumeID returns the tree id of the subvolume at path.
+func subvolumeID(path string) (uint64, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return subvolInfo{}, &fs.PathError{Op: "open", Path: path, Err: err}
+		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var args [btrfsSubvolInfoSize]byte
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), btrfsIocGetSubvolInfo, uintptr(unsafe.Pointer(&args[0])))
 	if errno != 0 {
-		return subvolInfo{}, fmt.Errorf("subvolume info of %s: BTRFS_IOC_GET_SUBVOL_INFO: %w", path, errno)
+		return 0, fmt.Errorf("subvolume id of %s: BTRFS_IOC_GET_SUBVOL_INFO: %w", path, errno)
 	}
-	var info subvolInfo
-	info.TreeID = binary.LittleEndian.Uint64(args[btrfsSubvolInfoTreeID:])
-	copy(info.UUID[:], args[btrfsSubvolInfoUUID:])
-	copy(info.ReceivedUUID[:], args[btrfsSubvolInfoRecvd:])
-	info.Stransid = binary.LittleEndian.Uint64(args[btrfsSubvolInfoStrans:])
-	return info, nil
+	return binary.LittleEndian.Uint64(args[:8]), nil
 }
 
 // BTRFS_IOC_SEND is _IOW(0x94, 38, struct btrfs_ioctl_send_args):
@@ -191,11 +171,9 @@ func sendIoctl(ctx context.Context, path, parent string, w io.Writer) error {
 	args := &btrfsSendArgs{}
 	var parentID uint64
 	if parent != "" {
-		info, err := getSubvolInfo(parent)
-		if err != nil {
+		if parentID, err = subvolumeID(parent); err != nil {
 			return err
 		}
-		parentID = info.TreeID
 		args.ParentRoot, args.CloneSources, args.CloneSourcesCount = parentID, &parentID, 1
 	}
 	var p [2]int
@@ -222,7 +200,7 @@ func sendIoctl(ctx context.Context, path, parent string, w io.Writer) error {
 	stop := context.AfterFunc(ctx, func() { rd.Close() })
 	defer stop()
 	args.SendFd = int64(p[1])
-	errno := sendSyscall(fd, args)
+	serr := sendSyscall(fd, args)
 	runtime.KeepAlive(&parentID)
 	unix.Close(p[1]) // the copy reads to the stream's end
 	cerr := <-copied
@@ -231,8 +209,8 @@ func sendIoctl(ctx context.Context, path, parent string, w io.Writer) error {
 		return fmt.Errorf("btrfs send %s: %w", path, ctx.Err())
 	case cerr != nil && !errors.Is(cerr, os.ErrClosed):
 		return fmt.Errorf("btrfs send %s: %w", path, cerr)
-	case errno != 0:
-		return fmt.Errorf("btrfs send %s: BTRFS_IOC_SEND: %w", path, errno)
+	case serr != nil:
+		return fmt.Errorf("btrfs send %s: %w", path, serr)
 	case cerr != nil:
 		return fmt.Errorf("btrfs send %s: %w", path, cerr)
 	}
@@ -241,7 +219,7 @@ func sendIoctl(ctx context.Context, path, parent string, w io.Writer) error {
 
 // sendSyscall runs BTRFS_IOC_SEND on fd with every signal blocked on a
 // locked thread (see sendIoctl).
-func sendSyscall(fd int, args *btrfsSendArgs) unix.Errno {
+func sendSyscall(fd int, args *btrfsSendArgs) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var all, old unix.Sigset_t
@@ -249,9 +227,17 @@ func sendSyscall(fd int, args *btrfsSendArgs) unix.Errno {
 		all.Val[i] = ^uint64(0)
 	}
 	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, &old); err != nil {
-		return err.(unix.Errno)
+		return fmt.Errorf("block signals: %w", err)
 	}
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), btrfsIocSend, uintptr(unsafe.Pointer(args)))
-	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
-	return errno
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil); err != nil {
+		// This thread must not go back to Go's pool with its signals
+		// blocked: it stays locked to this goroutine, and the runtime
+		// ends it when the goroutine exits.
+		runtime.LockOSThread()
+	}
+	if errno != 0 {
+		return fmt.Errorf("BTRFS_IOC_SEND: %w", errno)
+	}
+	return nil
 }
