@@ -354,8 +354,12 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 	}
 	b.h.OK("snapshot", "delete", name, snap)
-	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read; first touch %.0f MB/s)",
-		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i], s.rratio[i], b.touch[len(b.touch)-1])
+	after := ""
+	if mr.Memory == "background" {
+		after = fmt.Sprintf(" (after the thaw %.0f MB/s = %.2f x this round's fio write)", s.arate[len(s.arate)-1], s.aratio[len(s.aratio)-1])
+	}
+	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s%s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read; first touch %.0f MB/s)",
+		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], after, rms, s.rrate[i], s.rratio[i], b.touch[len(b.touch)-1])
 }
 
 func (s *samples) summarise() ModeResult {
