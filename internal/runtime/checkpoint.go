@@ -382,7 +382,8 @@ func (c *Checkpoint) Pages() []string {
 }
 
 // Written returns how many bytes have been handed to the Pages sink so
-// far: the progress of a dump, safe to call while Run runs.
+// far (with CRIU's direct writes, the space its page files were given):
+// the progress of a dump, safe to call while Run runs.
 func (c *Checkpoint) Written() int64 {
 	if c.bg != nil && c.bg.direct {
 		return c.directWritten()
