@@ -41,6 +41,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,6 +107,11 @@ type ModeResult struct {
 	// speed changes from minute to minute on a shared machine, so this,
 	// and its Min above all ("every run"), is the restore's own figure.
 	RestoreVsRawPerRun benchutil.Stats `json:"restore_vs_raw_per_run"`
+	// AfterThawVsRawPerRun and WriteVsRawPerRun: each run's background
+	// write rate (after the thaw; from the dump's start until durable)
+	// over its own round's fio write.
+	AfterThawVsRawPerRun benchutil.Stats `json:"after_thaw_vs_raw_write_per_run"`
+	WriteVsRawPerRun     benchutil.Stats `json:"write_vs_raw_write_per_run"`
 	// Ratios of the medians to the raw fio medians.
 	WriteVsRaw     float64 `json:"write_vs_raw"`
 	AfterThawVsRaw float64 `json:"after_thaw_write_vs_raw"`
@@ -253,7 +259,7 @@ func (b *bench) diskOnly(res *Result, k int) {
 type samples struct {
 	mr                                                             ModeResult
 	frozen, total, dump, sync, wrate, restore, rrate, after, arate []float64
-	rratio                                                         []float64
+	rratio, aratio, wratio                                         []float64
 }
 
 // stateful runs n stateful snapshots and restores of container name in
@@ -271,6 +277,10 @@ func (b *bench) stateful(name, mode string, n int, memhog bool) map[string]ModeR
 	got := map[string]*samples{}
 	for i := 0; i < n; i++ {
 		b.fio()
+		if b.criuB != "" {
+			// Alternate which build goes first after the round's fio.
+			slices.Reverse(order)
+		}
 		for _, v := range order {
 			if b.criuB != "" {
 				b.setMode(mode, variants[v])
@@ -315,6 +325,8 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		durable += num(md["sync_ms"])
 	}
 	s.wrate = append(s.wrate, mbps(mr.PageBytes, durable))
+	rawW := b.rawWrite[len(b.rawWrite)-1] // this round's
+	s.wratio = append(s.wratio, mbps(mr.PageBytes, durable)/rawW)
 	if mr.Memory == "background" {
 		w := num(md["write_ms"])
 		if strings.HasPrefix(mode, "criu") {
@@ -322,6 +334,7 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		}
 		s.after = append(s.after, w)
 		s.arate = append(s.arate, mbps(mr.PageBytes, w))
+		s.aratio = append(s.aratio, mbps(mr.PageBytes, w)/rawW)
 	}
 
 	benchutil.DropCaches(b.r)
@@ -341,8 +354,12 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		b.h.OK("exec", name, "--", "pidof", "memhog") // it came back
 	}
 	b.h.OK("snapshot", "delete", name, snap)
-	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read; first touch %.0f MB/s)",
-		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], rms, s.rrate[i], s.rratio[i], b.touch[len(b.touch)-1])
+	after := ""
+	if mr.Memory == "background" {
+		after = fmt.Sprintf(" (after the thaw %.0f MB/s = %.2f x this round's fio write)", s.arate[len(s.arate)-1], s.aratio[len(s.aratio)-1])
+	}
+	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s%s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read; first touch %.0f MB/s)",
+		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], after, rms, s.rrate[i], s.rratio[i], b.touch[len(b.touch)-1])
 }
 
 func (s *samples) summarise() ModeResult {
@@ -359,6 +376,10 @@ func (s *samples) summarise() ModeResult {
 	mr.RestoreMs = benchutil.Summarise(s.restore)
 	mr.RestoreMBps = benchutil.Summarise(s.rrate)
 	mr.RestoreVsRawPerRun = benchutil.Summarise(s.rratio)
+	mr.WriteVsRawPerRun = benchutil.Summarise(s.wratio)
+	if len(s.aratio) > 0 {
+		mr.AfterThawVsRawPerRun = benchutil.Summarise(s.aratio)
+	}
 	return mr
 }
 

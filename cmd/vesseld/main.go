@@ -169,7 +169,7 @@ Every flag can also be set with an environment variable VESSEL_<FLAG>
 	f.DurationVar(&cfg.MigrationTimeout, "migration-timeout", cfg.MigrationTimeout, "longest an incoming migration may take from its hello until its container runs here; then it is rolled back and the source resumes")
 	f.IntVar(&cfg.MigrationSessions, "migration-sessions", cfg.MigrationSessions, "incoming migrations one peer may have at once (negative: no limit)")
 	f.Int64Var(&cfg.MigrationImageLimit, "migration-image-limit", cfg.MigrationImageLimit, "bytes of checkpoint images an incoming migration of a container without limits.memory may store (default: the host's memory; negative: no limit)")
-	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who writes a checkpoint's memory pages: vessel (O_DIRECT writer) or criu (CRIU's own, then fsync; for comparison)")
+	f.StringVar(&cfg.SnapshotIO, "snapshot-io", env("VESSEL_SNAPSHOT_IO", cfg.SnapshotIO), "who writes a checkpoint's memory pages: vessel (O_DIRECT: CRIU's own direct writes after the thaw where CRIU has them, else vessel's writer) or criu (CRIU's own buffered writes, then fsync; for comparison)")
 	f.StringVar(&cfg.SnapshotMemory, "snapshot-memory", env("VESSEL_SNAPSHOT_MEMORY", cfg.SnapshotMemory), "when a stateful snapshot's memory is written: background (after the thaw, pages write-protected until saved) or frozen (all while frozen; for comparison)")
 	f.BoolVar(&cfg.KeepMigrationFiles, "keep-migration-files", os.Getenv("VESSEL_KEEP_MIGRATION_FILES") == "1", "keep migrations' checkpoint images and CRIU logs in RUN/migrate-kept (diagnostics)")
 	f.StringArrayVar(&faults, "fault", nil, "inject a failure for tests: POINT=cut|fail|crash (see internal/daemon/faults.go)")

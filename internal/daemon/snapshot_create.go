@@ -223,7 +223,10 @@ func (d *Daemon) prepareSnapshotCheckpoint(ctx context.Context, name, snap strin
 		o := runtime.CheckpointOptions{ImagePath: sc.dir, WorkPath: work,
 			Background: d.cfg.SnapshotMemory == SnapshotMemoryBackground}
 		if d.cfg.SnapshotIO != SnapshotIOCRIU {
+			// CRIU's own O_DIRECT writes after the thaw where it has
+			// them (patch 0041), else vessel's writer.
 			o.Pages = &imgstream.DirSink{Dir: sc.dir}
+			o.DirectPages = true
 		}
 		sc.ck, err = d.newCheckpoint(ctx, name, o)
 	}

@@ -276,3 +276,38 @@ func TestCaptureAbortStuckSink(t *testing.T) {
 	}
 	noLeftovers(t, dir)
 }
+
+// TestSyncPages: the page files directly in dir (regular ones only) are
+// synced and named; PagesAllocated counts the space they were given, not
+// their holes.
+func TestSyncPages(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "core-1.img"), randBytes(t, 7), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "pages-9.img"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "pages-1.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(randBytes(t, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	names, err := SyncPages(dir)
+	if err != nil || !slices.Equal(names, []string{"pages-1.img"}) {
+		t.Errorf("SyncPages = %v, %v; want [pages-1.img]", names, err)
+	}
+	n, err := PagesAllocated(dir)
+	if err != nil || n < 1<<20 || n >= 64<<20 {
+		t.Errorf("PagesAllocated = %d, %v; want the 1 MiB written, not the 64 MiB size", n, err)
+	}
+	if _, err := SyncPages(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing directory: %v", err)
+	}
+}

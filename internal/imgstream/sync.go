@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // SyncImages makes a finished images directory durable: it fsyncs every
@@ -56,4 +58,52 @@ func syncFile(p string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// SyncPages fsyncs the page files directly in dir (written there by
+// someone else: CRIU's own direct writes) and returns their names.
+func SyncPages(dir string) ([]string, error) {
+	names, err := pageFiles(dir)
+	for _, n := range names {
+		if err == nil {
+			err = syncFile(filepath.Join(dir, n))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sync page files in %s: %w", dir, err)
+	}
+	return names, nil
+}
+
+// PagesAllocated is the space given to the page files directly in dir
+// (st_blocks): the progress of a writer that sets a file's size first
+// and fills its holes.
+func PagesAllocated(dir string) (int64, error) {
+	names, err := pageFiles(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, name), &st); err == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n, nil
+}
+
+// pageFiles lists the regular page files directly in dir.
+func pageFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && IsPages(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }

@@ -52,6 +52,15 @@ type CheckpointOptions struct {
 	// every page of the frozen instant is written (and, with Pages,
 	// stored). Not with Lazy.
 	Background bool
+	// DirectPages, with Background, lets CRIU write the page images
+	// itself, with O_DIRECT and several writes in flight (vessel's patch
+	// 0041, when Criu has it: Runtime.DirectWritePages), instead of
+	// through Pages: no FIFO, no copy into and out of it. The page files
+	// are durable when Wait returns (Checkpoint.Pages names them);
+	// Written counts the space they were given so far; Abort stops the
+	// write through a pipe CRIU inherits. Where Criu lacks it, or the dump
+	// goes through runc, Pages is used as without it.
+	DirectPages bool
 }
 
 // DefaultSparePageFiles is how many page-file FIFOs a capture prepares
@@ -85,14 +94,15 @@ type Checkpoint struct {
 	ctx  context.Context
 	opts CheckpointOptions // with defaults filled in
 
-	svc     *criuService       // a direct dump's CRIU, or nil
-	req     *rpc.CriuOpts      // a direct dump's request
-	runc    func() error       // the `runc checkpoint` fallback, or nil
-	capture *imgstream.Capture // Pages: the page files' FIFOs
-	lazy    *lazyDump          // Lazy: page server and status pipe
-	bg      *bgDump            // Background (and supported): status pipe
-	written atomic.Int64       // bytes handed to Pages
-	log     *slog.Logger       // laps of the dump (debug)
+	svc       *criuService       // a direct dump's CRIU, or nil
+	req       *rpc.CriuOpts      // a direct dump's request
+	runc      func() error       // the `runc checkpoint` fallback, or nil
+	capture   *imgstream.Capture // Pages: the page files' FIFOs
+	lazy      *lazyDump          // Lazy: page server and status pipe
+	bg        *bgDump            // Background (and supported): status pipe
+	written   atomic.Int64       // bytes handed to Pages
+	log       *slog.Logger       // laps of the dump (debug)
+	stopAbort func() bool        // unhooks a direct background dump's abort from ctx
 
 	mu       sync.Mutex
 	state    checkpointState
@@ -153,7 +163,7 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 		}
 	}
 	if o.Background && r.BackgroundMemory() {
-		if c.bg, err = newBgDump(o.WorkPath); err != nil {
+		if c.bg, err = newBgDump(o.WorkPath, o.DirectPages && r.DirectWritePages()); err != nil {
 			return nil, err
 		}
 	}
@@ -189,12 +199,19 @@ func (r *Runtime) NewCheckpoint(ctx context.Context, id string, o CheckpointOpti
 			return nil, err
 		}
 		c.lazy.closeFile(&c.lazy.criu) // CRIU has it
+	case c.bg != nil && c.bg.direct:
+		if c.svc, err = startCriuService(r.cfg.Criu, o.ImagePath, o.WorkPath, c.bg.ar); err != nil {
+			return nil, err
+		}
+		c.bg.closeFile(&c.bg.ar) // CRIU has it
+		// A cancelled session stops CRIU's write as a broken FIFO would.
+		c.stopAbort = context.AfterFunc(ctx, c.bg.abort)
 	default:
 		if c.svc, err = startCriuService(r.cfg.Criu, o.ImagePath, o.WorkPath); err != nil {
 			return nil, err
 		}
 	}
-	if o.Pages != nil && !o.Lazy {
+	if o.Pages != nil && !o.Lazy && (c.bg == nil || !c.bg.direct) {
 		if err := c.startCapture(r, st); err != nil {
 			return nil, err
 		}
@@ -284,6 +301,9 @@ func (c *Checkpoint) copyResult(err, cerr error) error {
 	case errors.Is(cerr, imgstream.ErrAborted):
 		// Abort, likewise.
 		return fmt.Errorf("%w %s: %w", ErrCheckpoint, c.id, cerr)
+	case c.bg != nil && c.bg.aborted.Load():
+		// Abort of CRIU's own direct write.
+		return fmt.Errorf("%w %s: %w", ErrCheckpoint, c.id, imgstream.ErrAborted)
 	case cerr != nil:
 		// The sink failed (a full disk, a lost connection) and aborted
 		// the capture.
@@ -321,6 +341,9 @@ func (c *Checkpoint) end(err error, pages []string) {
 	defer c.mu.Unlock()
 	c.state, c.err, c.pages = checkpointDone, err, pages
 	close(c.done)
+	if c.stopAbort != nil {
+		c.stopAbort()
+	}
 }
 
 // Wait returns the dump's result: with Lazy once the page server has
@@ -359,8 +382,14 @@ func (c *Checkpoint) Pages() []string {
 }
 
 // Written returns how many bytes have been handed to the Pages sink so
-// far: the progress of a dump, safe to call while Run runs.
-func (c *Checkpoint) Written() int64 { return c.written.Load() }
+// far (with CRIU's direct writes, the space its page files were given):
+// the progress of a dump, safe to call while Run runs.
+func (c *Checkpoint) Written() int64 {
+	if c.bg != nil && c.bg.direct {
+		return c.directWritten()
+	}
+	return c.written.Load()
+}
 
 // Abort ends a dump nobody will finish, in any state: before Run it is
 // Close; during a page capture the capture is aborted (CRIU's next write
@@ -383,6 +412,7 @@ func (c *Checkpoint) Abort() {
 	if c.capture != nil {
 		c.capture.Abort()
 	}
+	c.bg.abort()
 	if c.lazy != nil || c.bg != nil {
 		select {
 		case <-c.returned: // the page server listens, the tasks run, or the dump is over
@@ -431,6 +461,9 @@ func (c *Checkpoint) release() {
 	}
 	if c.lazy != nil {
 		c.lazy.close()
+	}
+	if c.stopAbort != nil {
+		c.stopAbort()
 	}
 	if c.bg != nil {
 		c.bg.close()

@@ -425,6 +425,85 @@ func TestCheckpointBackground(t *testing.T) {
 	e.checkRuns(id, cg)
 }
 
+// TestCheckpointBackgroundDirect: with DirectPages CRIU writes the page
+// images itself (patch 0041), with no FIFO: a finished dump's page files
+// are regular, durable and named by Pages, and Written counts them; an
+// Abort after the thaw stops CRIU's write through the abort pipe, the
+// dump ends with ErrAborted and the container runs on.
+func TestCheckpointBackgroundDirect(t *testing.T) {
+	e := newTestEnv(t)
+	if !e.rt.BackgroundMemory() || !e.rt.DirectWritePages() {
+		t.Fatalf("criu %s has no --background-memory or --direct-write-pages (vessel's patches 0012, 0041: run scripts/setup.sh)", e.rt.cfg.Criu)
+	}
+	id := "bgd1"
+	e.start(id, "/bin/sh", "-c", "x=$(yes | head -c 33554432); echo ready ${#x}; "+counterScript)
+	waitFor(t, "the memory to be filled (log %q)", e.logContains(id, "ready 33554431"), func() any {
+		b, _ := os.ReadFile(e.rt.LogPath(id))
+		return string(b)
+	})
+	waitFor(t, "the counter to start", func() bool { return e.fileCount() >= 1 })
+	cg := e.cgroup(id)
+
+	// A whole dump: the page files are CRIU's, regular files.
+	dir := filepath.Join(e.dir, "ckpt-bgd")
+	sink := &blockingSink{started: make(chan struct{})} // never used
+	ck, err := e.rt.NewCheckpoint(t.Context(), id, CheckpointOptions{
+		ImagePath: dir, LeaveRunning: true, Pages: sink, Background: true, DirectPages: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ck.Abort)
+	e.freeze(cg)
+	if err := ck.Run(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkRuns(id, cg)
+	if err := ck.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pages := ck.Pages()
+	if len(pages) == 0 {
+		t.Fatal("Pages() is empty after a direct dump")
+	}
+	var size int64
+	for _, p := range pages {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("page file %s: %v, %v", p, fi, err)
+		}
+		size += fi.Size()
+	}
+	if size < 32<<20 || ck.Written() < 32<<20 {
+		t.Errorf("page files %d bytes, Written %d: want the 32 MiB of memory at least", size, ck.Written())
+	}
+	select {
+	case <-sink.started:
+		t.Error("the sink was used")
+	default:
+	}
+
+	// Aborted: the abort pipe hung up before the dump (what Abort does at
+	// any time), so CRIU's first look after the thaw stops its write.
+	ck2, err := e.rt.NewCheckpoint(t.Context(), id, CheckpointOptions{
+		ImagePath: filepath.Join(e.dir, "ckpt-bgd2"), LeaveRunning: true, Background: true, DirectPages: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ck2.Abort)
+	ck2.bg.abort()
+	e.freeze(cg)
+	if err := ck2.Run(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkRuns(id, cg)
+	if err := ck2.Wait(); !errors.Is(err, imgstream.ErrAborted) || !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("Wait after an abort = %v, want ErrCheckpoint and ErrAborted", err)
+	}
+	e.checkRuns(id, cg)
+}
+
 // TestCheckpointClose releases prepared checkpoints that never run, by
 // Close and by Abort: the CRIU service exits and the FIFOs go.
 func TestCheckpointClose(t *testing.T) {
