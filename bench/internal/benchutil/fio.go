@@ -16,34 +16,45 @@ import (
 func RawDisk(r *testhost.Runner, dir string, mib int) (write, read float64) {
 	file := dir + "/fio.dat"
 	defer os.Remove(file)
-	for _, rw := range []string{"write", "read"} {
-		if rw == "read" {
-			DropCaches(r)
-		}
-		out, err := exec.Command("fio", FioArgs(rw, file, mib)...).Output()
-		if err != nil {
-			r.Fatalf("fio %s: %v", rw, err)
-		}
-		var res struct {
-			Jobs []struct {
-				Read struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"read"`
-				Write struct {
-					BwBytes float64 `json:"bw_bytes"`
-				} `json:"write"`
-			} `json:"jobs"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
-			r.Fatalf("fio output: %v", err)
-		}
-		if rw == "write" {
-			write = res.Jobs[0].Write.BwBytes / 1e6
-		} else {
-			read = res.Jobs[0].Read.BwBytes / 1e6
-		}
+	write = fio(r, "write", file, mib)
+	DropCaches(r)
+	return write, fio(r, "read", file, mib)
+}
+
+// RawRead is RawDisk's cold read alone, of a file it writes first (not
+// timed): a second sample of the raw read taken right after the run it
+// brackets.
+func RawRead(r *testhost.Runner, dir string, mib int) float64 {
+	file := dir + "/fio.dat"
+	defer os.Remove(file)
+	fio(r, "write", file, mib)
+	DropCaches(r)
+	return fio(r, "read", file, mib)
+}
+
+// fio runs FioArgs(rw, file, mib) and returns its bandwidth in MB/s.
+func fio(r *testhost.Runner, rw, file string, mib int) float64 {
+	out, err := exec.Command("fio", FioArgs(rw, file, mib)...).Output()
+	if err != nil {
+		r.Fatalf("fio %s: %v", rw, err)
 	}
-	return write, read
+	var res struct {
+		Jobs []struct {
+			Read struct {
+				BwBytes float64 `json:"bw_bytes"`
+			} `json:"read"`
+			Write struct {
+				BwBytes float64 `json:"bw_bytes"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
+		r.Fatalf("fio output: %v", err)
+	}
+	if rw == "write" {
+		return res.Jobs[0].Write.BwBytes / 1e6
+	}
+	return res.Jobs[0].Read.BwBytes / 1e6
 }
 
 // FioArgs is RawDisk's fio command line for one direction (rw: write or
