@@ -18,7 +18,9 @@ import (
 // file into a fresh QEMU started with -incoming defer, resumes it and asks
 // the guest for the checksum of its memory: it must be the one the guest
 // computed before the save (the mapped-ram file twice: also into a QEMU
-// without transparent huge pages). One VM runs at a time.
+// without transparent huge pages, the first page of each read touched as
+// vessel's restore loads it; the other load populates all RAM first). One
+// VM runs at a time.
 func TestSaveLoadRoundTrip(t *testing.T) {
 	testutil.NeedRoot(t)
 	kernel, err := guest.FindKernel()
@@ -92,10 +94,17 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := qemu.Load(ctx, dst.Mon, files[f], qemu.SaveOptions{Format: f, Channels: 4})
+		opts := qemu.SaveOptions{Format: f, Channels: 4}
+		if l.noTHP {
+			opts.PID = dst.Pid()
+		}
+		st, err := qemu.Load(ctx, dst.Mon, files[f], opts)
 		if err != nil {
 			dst.Kill()
 			t.Fatalf("load %v: %v", f, err)
+		}
+		if opts.PID != 0 && (st.Touched == 0 || st.TouchErr != nil) {
+			t.Errorf("load %v with the pid: %d pages touched (%v), want the reads' first pages", f, st.Touched, st.TouchErr)
 		}
 		if _, err := dst.Mon.Run([]byte(`{"execute":"cont"}`)); err != nil {
 			dst.Kill()
@@ -109,7 +118,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if got != want {
 			t.Errorf("load %v: guest memory checksum %s, saved %s", f, got, want)
 		}
-		t.Logf("load %v (THP off %v): %d MiB file in %v, checksum matches: %v", f, l.noTHP, st.FileBytes>>20, st.Migrate, got == want)
+		t.Logf("load %v (THP off %v): %d MiB file in %v (before it %v, %d pages touched), checksum matches: %v",
+			f, l.noTHP, st.FileBytes>>20, st.Migrate, st.Prealloc, st.Touched, got == want)
 	}
 	if err := os.RemoveAll(stateDir); err != nil {
 		t.Error(err)
