@@ -117,8 +117,13 @@ type SaveOptions struct {
 	// (preallocRAM), which it falls back to when it cannot (a file layout
 	// or a QEMU it does not know). FullPrealloc populates all RAM even
 	// with PID, for comparison.
+	// With PID, Load also puts QEMU's main thread (its loader, which
+	// spins handing reads to the channels) under SCHED_IDLE while the
+	// channels read, and back before it returns (savefile_idle.go);
+	// BusyLoader leaves it, for comparison.
 	PID          int
 	FullPrealloc bool
+	BusyLoader   bool
 }
 
 // Live save defaults: a short stop at the end (the file takes about 1 GB/s
@@ -295,7 +300,15 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err != nil {
 		return st, err
 	}
-	if err := migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st); err != nil {
+	migrate := func() error { return migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st) }
+	if opts.PID > 0 && opts.Format == FormatMappedRAM && !opts.BusyLoader {
+		// QEMU's spinning loading thread idle while the channels read
+		// (savefile_idle.go).
+		err = duringLoad(procLoader(opts.PID), cmp.Or(opts.Channels, DefaultChannels()), migrate)
+	} else {
+		err = migrate()
+	}
+	if err != nil {
 		return st, fmt.Errorf("load %s: %w", path, err)
 	}
 	if fi, err := os.Stat(path); err == nil {
