@@ -12,9 +12,10 @@ import (
 	"strings"
 )
 
-// send writes vol as a btrfs send stream to w: `btrfs send [-p PARENT]
-// VOL`, the difference from parent if not nil. Both volumes must be
-// read-only.
+// send writes vol as a btrfs send stream to w, the difference from parent
+// if not nil, as `btrfs send [-p PARENT] VOL` would, by ioctl (sendIoctl):
+// the final pass of a live move is sent while the container is frozen.
+// Both volumes must be read-only.
 func (d *btrfsDriver) send(ctx context.Context, vol Volume, parent *Volume, w io.Writer) error {
 	if err := d.checkMounted(); err != nil {
 		return err
@@ -22,15 +23,14 @@ func (d *btrfsDriver) send(ctx context.Context, vol Volume, parent *Volume, w io
 	if err := checkExisting(vol, d.Path(vol)); err != nil {
 		return fmt.Errorf("send %s: %w", vol, err)
 	}
-	args := []string{"send", "-q"}
+	var from string
 	if parent != nil {
 		if err := checkExisting(*parent, d.Path(*parent)); err != nil {
 			return fmt.Errorf("send %s: parent: %w", vol, err)
 		}
-		args = append(args, "-p", d.Path(*parent))
+		from = d.Path(*parent)
 	}
-	args = append(args, d.Path(vol))
-	if err := d.tool.stream(ctx, args, w); err != nil {
+	if err := sendIoctl(ctx, d.Path(vol), from, w); err != nil {
 		return fmt.Errorf("send %s: %w", vol, err)
 	}
 	return nil
@@ -178,19 +178,4 @@ func (b btrfsTool) command(ctx context.Context, args ...string) (*exec.Cmd, erro
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	return cmd, nil
-}
-
-// stream runs btrfs with its stdout to w, killed if ctx ends; the error
-// carries the tool's stderr.
-func (b btrfsTool) stream(ctx context.Context, args []string, w io.Writer) error {
-	cmd, err := b.command(ctx, args...)
-	if err != nil {
-		return err
-	}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = w, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("btrfs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
 }

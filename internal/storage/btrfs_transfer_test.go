@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"os"
@@ -179,4 +180,72 @@ func TestBtrfsPreparedPass(t *testing.T) {
 	mustClose(t, s)
 	mustClose(t, r)
 	checkSnapshotDir(t, dst, "other")
+}
+
+// failingWriter takes n bytes, then fails.
+type failingWriter struct {
+	n   int
+	err error
+}
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		k := w.n
+		w.n = 0
+		return k, w.err
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// openFds counts this process's open descriptors.
+func openFds(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// TestBtrfsSendEnds: the in-process send (BTRFS_IOC_SEND) ends with the
+// writer's error when the writer fails mid-stream, and with ctx's when ctx
+// is cancelled (the kernel's writes then meet a closed pipe: EPIPE, and a
+// SIGPIPE the process ignores); neither leaves a descriptor open.
+func TestBtrfsSendEnds(t *testing.T) {
+	testutil.NeedRoot(t)
+	src, _ := mountedLoopPool(t)
+	root := mustCreate(t, src, ct1)
+	big := make([]byte, 4<<20)
+	_, _ = rand.Read(big)
+	writeFile(t, filepath.Join(root, "big"), big)
+	before := openFds(t)
+
+	cut := errors.New("the connection is gone")
+	s := mustSender(t, src, ct1, nil)
+	if err := s.SendPass(t.Context(), &failingWriter{n: 64 << 10, err: cut}); !errors.Is(err, cut) {
+		t.Errorf("a writer failing mid-stream: got %v, want its error", err)
+	}
+	mustClose(t, s)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	s = mustSender(t, src, ct1, nil)
+	var b bytes.Buffer
+	if err := s.SendPass(ctx, &b); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled send: got %v, want context.Canceled", err)
+	}
+	mustClose(t, s)
+	if after := openFds(t); after != before {
+		t.Errorf("%d descriptors open after the sends, %d before", after, before)
+	}
+
+	// And a whole send still arrives whole.
+	s = mustSender(t, src, ct1, nil)
+	b.Reset()
+	must(t, s.SendPass(t.Context(), &b))
+	mustClose(t, s)
+	if b.Len() < len(big) {
+		t.Errorf("a whole send: %d bytes, less than its content", b.Len())
+	}
 }
