@@ -336,11 +336,6 @@ func (d *Daemon) reconcileVM(ctx context.Context, inst *instance) {
 	proc, err := d.vms.Find(d.cfg.vmRunDir(name), name)
 	if err == nil {
 		d.trackVM(inst, proc)
-		// A stateful restore the daemon died in may have left QEMU's main
-		// thread idle (qemu.Load): back to normal before it may run.
-		if err := qemu.ResetLoader(proc.Pid()); err != nil {
-			d.log.Warn("scheduling policy of an adopted VM", "name", name, "err", err)
-		}
 		d.resumeLeftoverVM(ctx, name)
 		if rec := inst.record(); !rec.Running() {
 			d.log.Warn("adopting a VM whose start was interrupted by a daemon restart", "name", name)

@@ -16,7 +16,8 @@ package qemu
 // If vessel dies in between, the main thread may stay idle: a QEMU whose
 // load fails is killed (the daemon's launch reverts), and a restarted
 // daemon that adopts a QEMU (reconcile, which may let a paused one run)
-// first puts its main thread back (ResetLoader).
+// puts its main thread back as it finds it (ResetLoader, in the daemon's
+// qemuRunner.Find).
 
 import (
 	"context"
@@ -92,19 +93,19 @@ func idleLoader(ctx context.Context, t loaderThread, channels int) bool {
 
 // duringLoad runs load (the migration) with t's main thread idle once the
 // channels run, and puts it back under SCHED_OTHER before it returns,
-// whatever load returned; a failure to put it back fails the load (the
-// caller then kills QEMU rather than run the VM).
+// whatever load returned, when it set it (a thread it did not change it
+// leaves alone); a failure to put it back fails the load (the caller then
+// kills QEMU rather than run the VM).
 func duringLoad(t loaderThread, channels int, load func() error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), loaderWait)
 	done := make(chan bool, 1)
 	go func() { done <- idleLoader(ctx, t, channels) }()
 	err := load()
 	cancel()
-	<-done
-	// Reset even when idleLoader did not set it (a policy set by someone
-	// else, or set just as ctx ended): SCHED_OTHER is how QEMU starts.
-	if rerr := t.setIdle(false); rerr != nil && err == nil {
-		err = rerr
+	if <-done {
+		if rerr := t.setIdle(false); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
 	return err
 }
