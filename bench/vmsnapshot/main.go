@@ -470,9 +470,7 @@ func (b *bench) load(cfg guest.Config, m *MethodResult, path string, verify bool
 		d, err = qemu.LoadVM(b.ctx, vm.Mon, "bench")
 	} else {
 		var st qemu.SaveStats
-		// The pid: a mapped-ram load touches its reads' first pages, as
-		// vessel's restore does.
-		st, err = qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Format: format(cmp.Or(m.loadOf, m.Method)), Channels: b.channels, PID: vm.Pid()})
+		st, err = qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Format: format(cmp.Or(m.loadOf, m.Method)), Channels: b.channels})
 		d = st.Total
 	}
 	if err != nil {
@@ -532,7 +530,7 @@ func (b *bench) sweep(p pool, mib int, chans []int, n int) *Sweep {
 				b.r.Fatalf("sweep start: %v", err)
 			}
 			b.vm = vm
-			st, err := qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Channels: ch, PID: vm.Pid()})
+			st, err := qemu.Load(b.ctx, vm.Mon, path, qemu.SaveOptions{Channels: ch})
 			b.killVM()
 			if err != nil {
 				b.r.Fatalf("sweep load: %v", err)

@@ -275,14 +275,11 @@ func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation
 	op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 	t0 := time.Now()
 	var st qemu.SaveStats
-	load := func(ctx context.Context, mon vmMonitor, pid int) error {
+	load := func(ctx context.Context, mon vmMonitor) error {
 		var err error
-		st, err = qemu.Load(ctx, mon, d.vmStatePath(inst.name, snap), qemu.SaveOptions{PID: pid})
+		st, err = qemu.Load(ctx, mon, d.vmStatePath(inst.name, snap), qemu.SaveOptions{})
 		if err != nil {
 			return fmt.Errorf("stateful restore of %s: %w", inst.name, err)
-		}
-		if st.TouchErr != nil {
-			d.log.Warn("stateful restore: RAM populated whole before the load", "name", inst.name, "err", st.TouchErr)
 		}
 		return nil
 	}
@@ -290,7 +287,7 @@ func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation
 		return err
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)),
-		"load_ms": ms(st.Prealloc + st.Migrate), "prealloc_ms": ms(st.Prealloc), "touched_pages": st.Touched, "file_bytes": st.FileBytes})
+		"load_ms": ms(st.Prealloc + st.Migrate), "prealloc_ms": ms(st.Prealloc), "file_bytes": st.FileBytes})
 	return nil
 }
 

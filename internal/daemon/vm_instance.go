@@ -149,15 +149,15 @@ func (d *Daemon) startVM(ctx context.Context, inst *instance) error {
 }
 
 // launchVM starts a stopped VM; with load, QEMU starts waiting for its
-// state (-incoming defer) and load gives it (a stateful restore; QEMU's
-// monitor and pid) before the VM runs.
-func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor, int) error) error {
+// state (-incoming defer) and load gives it (a stateful restore) before
+// the VM runs.
+func (d *Daemon) launchVM(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error) error {
 	return d.launchVMWith(ctx, inst, load, nil)
 }
 
 // launchVMWith is launchVM; also runs in the transaction that records
 // the VM running (a move's journal goes in it).
-func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(context.Context, vmMonitor, int) error, also func(*state.Tx) error) (err error) {
+func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(context.Context, vmMonitor) error, also func(*state.Tx) error) (err error) {
 	name := inst.name
 	if inst.live() != nil {
 		return errorf(ErrConflict, "instance %q is already running", name)
@@ -181,7 +181,7 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	}
 	defer mon.Close()
 	if load != nil {
-		if err := load(ctx, mon, proc.Pid()); err != nil {
+		if err := load(ctx, mon); err != nil {
 			return err
 		}
 	}

@@ -71,11 +71,6 @@ func (q *qemuRunner) Find(runDir, name string) (vmProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A stateful restore the daemon died in may have left QEMU's main
-	// thread idle (qemu.Load): back to normal before reconcile may let it
-	// run. A failure is the adopted QEMU's end (it went away) or EPERM,
-	// neither a reason not to adopt it.
-	_ = qemu.ResetLoader(p.Pid)
 	return qemuProcess{p}, nil
 }
 

@@ -111,19 +111,6 @@ type SaveOptions struct {
 	// NoPrealloc (Load only, FormatMappedRAM) leaves the guest's RAM to be
 	// faulted in by the channels' reads (preallocRAM), for comparison.
 	NoPrealloc bool
-	// PID (Load only, FormatMappedRAM) is the loading QEMU's process: with
-	// it Load touches the first page of each of the loader's reads
-	// (savefile_touch.go) instead of populating all RAM first
-	// (preallocRAM), which it falls back to when it cannot (a file layout
-	// or a QEMU it does not know). FullPrealloc populates all RAM even
-	// with PID, for comparison.
-	// With PID, Load also puts QEMU's main thread (its loader, which
-	// spins handing reads to the channels) under SCHED_IDLE while the
-	// channels read, and back before it returns (savefile_idle.go);
-	// BusyLoader leaves it, for comparison.
-	PID          int
-	FullPrealloc bool
-	BusyLoader   bool
 }
 
 // Live save defaults: a short stop at the end (the file takes about 1 GB/s
@@ -147,15 +134,10 @@ type SaveStats struct {
 	Migrate time.Duration
 	Sync    time.Duration
 	Total   time.Duration
-	// Prealloc (a mapped-ram load) is the preparation of the guest RAM
-	// before migrate-incoming (touching the reads' first pages, or QEMU
-	// populating all of it: preallocRAM): part of the load's cost, not in
-	// Migrate. Touched is the pages touched (0: none, or all RAM
-	// populated).
+	// Prealloc (a mapped-ram load) is QEMU populating the guest RAM
+	// before migrate-incoming (preallocRAM): part of the load's cost, not
+	// in Migrate.
 	Prealloc time.Duration
-	Touched  int
-	// TouchErr is why a load with PID populated all RAM instead.
-	TouchErr error
 	// QEMUTotalMs is QEMU's own total-time for the migration.
 	QEMUTotalMs int64
 	// Stopped is when the vCPUs stopped (a save of a running VM: at once,
@@ -278,21 +260,12 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	}
 	if opts.Format == FormatMappedRAM && !opts.NoPrealloc {
 		pstart := time.Now()
-		if opts.PID > 0 && !opts.FullPrealloc {
-			// Any failure (before a page was touched, or of the write,
-			// which is harmless: the load overwrites those pages) leaves
-			// the RAM to the whole populate.
-			st.Touched, err = touchLoad(mon, opts.PID, path)
+		worth, err := populateWorth(mon, allocated(fi))
+		if err == nil && worth {
+			err = preallocRAM(mon)
 		}
-		if opts.PID <= 0 || opts.FullPrealloc || err != nil {
-			st.Touched, st.TouchErr = 0, err
-			worth, err := populateWorth(mon, allocated(fi))
-			if err == nil && worth {
-				err = preallocRAM(mon)
-			}
-			if err != nil {
-				return st, fmt.Errorf("load %s: %w", path, err)
-			}
+		if err != nil {
+			return st, fmt.Errorf("load %s: %w", path, err)
 		}
 		st.Prealloc = time.Since(pstart)
 	}
@@ -300,15 +273,7 @@ func Load(ctx context.Context, mon Runner, path string, opts SaveOptions) (SaveS
 	if err != nil {
 		return st, err
 	}
-	migrate := func() error { return migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st) }
-	if opts.PID > 0 && opts.Format == FormatMappedRAM && !opts.BusyLoader {
-		// QEMU's spinning loading thread idle while the channels read
-		// (savefile_idle.go).
-		err = duringLoad(procLoader(opts.PID), cmp.Or(opts.Channels, DefaultChannels()), migrate)
-	} else {
-		err = migrate()
-	}
-	if err != nil {
+	if err := migrateFile(ctx, mon, "migrate-incoming", uri, opts, &st); err != nil {
 		return st, fmt.Errorf("load %s: %w", path, err)
 	}
 	if fi, err := os.Stat(path); err == nil {

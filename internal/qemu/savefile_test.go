@@ -29,9 +29,6 @@ type fakeMonitor struct {
 	// makes a stop end the migration (a live save Save stopped).
 	passes         int
 	completeOnStop bool
-	// ramblocks is x-query-ramblock's text (empty: QEMU has no such
-	// command).
-	ramblocks string
 }
 
 func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
@@ -46,12 +43,6 @@ func (f *fakeMonitor) Run(cmd []byte) ([]byte, error) {
 		return []byte(`{"return":{"status":"` + f.status + `","running":false}}`), nil
 	case "query-memory-size-summary":
 		return []byte(`{"return":{"base-memory":` + strconv.FormatInt(f.ram, 10) + `}}`), nil
-	case "x-query-ramblock":
-		if f.ramblocks == "" {
-			return []byte(`{"error":{"class":"CommandNotFound","desc":"The command x-query-ramblock has not been found"}}`), nil
-		}
-		b, _ := json.Marshal(map[string]any{"return": map[string]string{"human-readable-text": f.ramblocks}})
-		return b, nil
 	case "qom-list":
 		return []byte(`{"return":[{"name":"pc.ram","type":"child<memory-backend-ram>"},{"name":"rng0","type":"child<rng-random>"}]}`), nil
 	case "stop":

@@ -4,12 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/bench/vmsnapshot/guest"
 	"github.com/vesselhost/vessel/internal/qemu"
@@ -22,9 +18,7 @@ import (
 // file into a fresh QEMU started with -incoming defer, resumes it and asks
 // the guest for the checksum of its memory: it must be the one the guest
 // computed before the save (the mapped-ram file twice: also into a QEMU
-// without transparent huge pages, the first page of each read touched as
-// vessel's restore loads it; the other load populates all RAM first). One
-// VM runs at a time.
+// without transparent huge pages). One VM runs at a time.
 func TestSaveLoadRoundTrip(t *testing.T) {
 	testutil.NeedRoot(t)
 	kernel, err := guest.FindKernel()
@@ -98,28 +92,10 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := qemu.SaveOptions{Format: f, Channels: 4}
-		if l.noTHP {
-			opts.PID = dst.Pid()
-		}
-		pol := watchPolicy(dst.Pid())
-		st, err := qemu.Load(ctx, dst.Mon, files[f], opts)
-		idle, idleRecv := pol.stop()
+		st, err := qemu.Load(ctx, dst.Mon, files[f], qemu.SaveOptions{Format: f, Channels: 4})
 		if err != nil {
 			dst.Kill()
 			t.Fatalf("load %v: %v", f, err)
-		}
-		if opts.PID != 0 && (st.Touched == 0 || st.TouchErr != nil) {
-			t.Errorf("load %v with the pid: %d pages touched (%v), want the reads' first pages", f, st.Touched, st.TouchErr)
-		}
-		// With the pid, QEMU's main thread (its loader) is idle while the
-		// channels read, they are not, and it is back to normal before
-		// the VM runs; otherwise it is left alone.
-		if idle != (opts.PID != 0) || idleRecv {
-			t.Errorf("load %v (pid given: %v): main thread seen SCHED_IDLE %v, a receive channel's thread %v", f, opts.PID != 0, idle, idleRecv)
-		}
-		if a, err := unix.SchedGetAttr(dst.Pid(), 0); err != nil || a.Policy != unix.SCHED_NORMAL {
-			t.Errorf("load %v: main thread's policy after the load %+v (%v), want SCHED_OTHER", f, a, err)
 		}
 		if _, err := dst.Mon.Run([]byte(`{"execute":"cont"}`)); err != nil {
 			dst.Kill()
@@ -133,59 +109,9 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		if got != want {
 			t.Errorf("load %v: guest memory checksum %s, saved %s", f, got, want)
 		}
-		t.Logf("load %v (THP off %v): %d MiB file in %v (before it %v, %d pages touched), checksum matches: %v",
-			f, l.noTHP, st.FileBytes>>20, st.Migrate, st.Prealloc, st.Touched, got == want)
+		t.Logf("load %v (THP off %v): %d MiB file in %v, checksum matches: %v", f, l.noTHP, st.FileBytes>>20, st.Migrate, got == want)
 	}
 	if err := os.RemoveAll(stateDir); err != nil {
 		t.Error(err)
 	}
-}
-
-// policyWatch samples the scheduling policy of a QEMU's main thread and of
-// its multifd receive threads while a load runs.
-type policyWatch struct {
-	quit           chan struct{}
-	done           chan struct{}
-	idle, idleRecv bool
-}
-
-func watchPolicy(pid int) *policyWatch {
-	w := &policyWatch{quit: make(chan struct{}), done: make(chan struct{})}
-	isIdle := func(tid int) bool {
-		a, err := unix.SchedGetAttr(tid, 0)
-		return err == nil && a.Policy == unix.SCHED_IDLE
-	}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.quit:
-				return
-			default:
-			}
-			if isIdle(pid) {
-				w.idle = true
-			}
-			comms, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "comm"))
-			for _, c := range comms {
-				b, err := os.ReadFile(c)
-				if err != nil || !strings.HasPrefix(string(b), "mig/dst/recv_") {
-					continue
-				}
-				if tid, err := strconv.Atoi(filepath.Base(filepath.Dir(c))); err == nil && isIdle(tid) {
-					w.idleRecv = true
-				}
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	return w
-}
-
-// stop ends the sampling: whether the main thread, and any receive
-// thread, was seen under SCHED_IDLE.
-func (w *policyWatch) stop() (idle, idleRecv bool) {
-	close(w.quit)
-	<-w.done
-	return w.idle, w.idleRecv
 }
