@@ -104,6 +104,21 @@ type Config struct {
 	// process's own executable.
 	NoTHP    bool
 	Launcher string
+	// RAMFile, if set, backs the guest's RAM with this file, mapped shared
+	// (memory-backend-file share=on, the machine's own RAM block name
+	// as its id, so a state saved from anonymous RAM loads into it and
+	// back): its pages outlive QEMU, for the next QEMU of the same VM to
+	// map again (ram_file.go).
+	RAMFile string
+}
+
+// RAMBlockName is the RAM block (and memory backend id) of the guest's
+// RAM on the machine type: what a state file names it.
+func (c Config) RAMBlockName() string {
+	if c.Machine == MachineMicroVM {
+		return "microvm.ram"
+	}
+	return "pc.ram"
 }
 
 // QMPSocket, ConsoleSocket, AgentSocket and PidPath are the VM's files in
@@ -146,7 +161,7 @@ func (c Config) validate() error {
 	default:
 		bad = append(bad, fmt.Sprintf("disk aio %q", c.Disk.AIO))
 	}
-	for _, p := range []string{c.Kernel, c.Initrd, c.Disk.Path, c.RunDir, c.ConsoleLog} {
+	for _, p := range []string{c.Kernel, c.Initrd, c.Disk.Path, c.RunDir, c.ConsoleLog, c.RAMFile} {
 		// QEMU's option syntax splits on commas.
 		if strings.Contains(p, ",") {
 			bad = append(bad, fmt.Sprintf("path %q contains a comma", p))
@@ -186,6 +201,9 @@ func (c Config) Args() ([]string, error) {
 		// timer, it hangs at boot), an RTC.
 		machine = "microvm,acpi=on,pit=on,pic=on,rtc=on,isa-serial=on"
 	}
+	if c.RAMFile != "" {
+		machine += ",memory-backend=" + c.RAMBlockName()
+	}
 	a := []string{
 		"-name", "guest=" + c.Name + ",debug-threads=on",
 		"-nodefaults", "-no-user-config", "-display", "none",
@@ -199,6 +217,11 @@ func (c Config) Args() ([]string, error) {
 	a = append(a,
 		"-smp", strconv.Itoa(c.CPUs),
 		"-m", strconv.Itoa(c.MemoryMiB),
+	)
+	if c.RAMFile != "" {
+		a = append(a, "-object", "memory-backend-file,id="+c.RAMBlockName()+",size="+strconv.Itoa(c.MemoryMiB)+"M,mem-path="+c.RAMFile+",share=on")
+	}
+	a = append(a,
 		// A guest's reboot resets the machine and QEMU goes on (the
 		// daemon sees RESET on the events monitor); its poweroff ends
 		// QEMU, and so does a panic the guest reports on the pvpanic

@@ -196,3 +196,32 @@ func TestCommandNoTHP(t *testing.T) {
 		t.Errorf("no THP: %s %q %v", bin, args, err)
 	}
 }
+
+// TestArgsRAMFile: RAMFile backs the guest's RAM with a shared file
+// under the machine's own RAM block name (a state saved from anonymous
+// RAM loads into it).
+func TestArgsRAMFile(t *testing.T) {
+	c := testConfig()
+	c.RAMFile = "/run/vessel/vm-ram/vm1.ram"
+	a, err := c.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := values(a, "-machine"); len(m) != 1 || m[0] != "q35,memory-backend=pc.ram" {
+		t.Errorf("machine %q", m)
+	}
+	if o := values(a, "-object"); !slices.Equal(o, []string{"memory-backend-file,id=pc.ram,size=512M,mem-path=/run/vessel/vm-ram/vm1.ram,share=on"}) {
+		t.Errorf("objects %q", o)
+	}
+	c.Machine = MachineMicroVM
+	if a, _ = c.Args(); !strings.HasSuffix(values(a, "-machine")[0], ",memory-backend=microvm.ram") {
+		t.Errorf("microvm: %q", values(a, "-machine"))
+	}
+	c.RAMFile = "/run/a,b.ram"
+	if _, err := c.Args(); !errors.Is(err, ErrConfig) {
+		t.Errorf("comma in the ram file: %v", err)
+	}
+	if a, _ := testConfig().Args(); len(values(a, "-object")) != 0 {
+		t.Errorf("anonymous ram got objects %q", values(a, "-object"))
+	}
+}
