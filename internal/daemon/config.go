@@ -107,6 +107,10 @@ type Config struct {
 	// out huge pages slowly (this development machine: ~5x the cost of
 	// small ones) the load runs at a fraction of the disk's speed.
 	VMRestoreTHP bool
+	// VMAnonymousRAM runs VMs on anonymous RAM (QEMU's default) instead
+	// of a shared RAM file a stateful restore hands to the next QEMU
+	// (vm_ram.go).
+	VMAnonymousRAM bool
 
 	// Subuid and Subgid are the subordinate id files unprivileged
 	// containers take their ids from (default /etc/subuid, /etc/subgid).

@@ -137,6 +137,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err erro
 	if err := cfg.mountMigrationTmpfs(); err != nil {
 		return nil, err
 	}
+	if err := cfg.mountVMRAMTmpfs(); err != nil {
+		return nil, err
+	}
 	if d.state, err = state.Open(cfg.dbPath()); err != nil {
 		return nil, err
 	}
@@ -340,8 +343,11 @@ func (d *Daemon) releaseHost(ctx context.Context) error {
 	if err := d.cfg.unmountMigrationTmpfs(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := d.cfg.unmountVMRAMTmpfs(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, dir := range []string{d.cfg.shimDir(), d.cfg.runcRoot(), d.cfg.emptyDir(), filepath.Join(d.cfg.RunDir, "criu.conf"),
-		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate"), filepath.Join(d.cfg.RunDir, "vm")} {
+		filepath.Join(d.cfg.RunDir, "criu"), filepath.Join(d.cfg.RunDir, "migrate"), filepath.Join(d.cfg.RunDir, "vm"), d.cfg.vmRAMRoot()} {
 		_ = os.Remove(dir)
 	}
 	_ = os.Remove(d.cfg.RunDir)

@@ -426,6 +426,7 @@ func (f *fakeNetwork) Announce(ctx context.Context, name string) error {
 // fakeCgroup is the state of one fake cgroup.
 type fakeCgroup struct {
 	created, destroyed bool
+	destroys           int // Destroy calls
 	frozen             bool
 	pids               []int
 	sets               []cgroups.Resources // every Set, in order
@@ -540,7 +541,10 @@ func (m *fakeCgroupManager) AddProc(pid int) error {
 }
 
 func (m *fakeCgroupManager) Destroy() error {
-	m.do(func(cg *fakeCgroup) { cg.created, cg.destroyed, cg.frozen, cg.pids = false, true, false, nil })
+	m.do(func(cg *fakeCgroup) {
+		cg.created, cg.destroyed, cg.frozen, cg.pids = false, true, false, nil
+		cg.destroys++
+	})
 	return nil
 }
 

@@ -70,6 +70,13 @@ func (d *Daemon) ChangeState(ctx context.Context, name string, req api.InstanceS
 // caller holds its lock. A graceful stop sends the image's shutdown signal
 // to init and kills the container if it has not exited after timeout.
 func (d *Daemon) stopLocked(ctx context.Context, inst *instance, force bool, timeout time.Duration) error {
+	return d.stopLockedWith(ctx, inst, force, timeout, false)
+}
+
+// stopLockedWith is stopLocked; keepVMRAM (a stateful restore's stop of
+// a VM) keeps the VM's RAM file and its cgroup for the next QEMU
+// (vm_ram.go).
+func (d *Daemon) stopLockedWith(ctx context.Context, inst *instance, force bool, timeout time.Duration, keepVMRAM bool) error {
 	name := inst.name
 	run := inst.live()
 	if run == nil {
@@ -95,7 +102,7 @@ func (d *Daemon) stopLocked(ctx context.Context, inst *instance, force bool, tim
 	if err := d.killAndWait(ctx, inst, run); err != nil {
 		return err
 	}
-	return d.cleanupStopped(context.WithoutCancel(ctx), inst, run, false)
+	return d.cleanupRun(context.WithoutCancel(ctx), inst, run, false, keepVMRAM)
 }
 
 // killAndWait kills an instance's processes and waits for init's exit.
@@ -125,11 +132,17 @@ func (d *Daemon) killAndWait(ctx context.Context, inst *instance, run *running) 
 // stopped state with the exit. keepRunning leaves the state running (a
 // restart follows at once). run may be nil (nothing was watched).
 func (d *Daemon) cleanupStopped(ctx context.Context, inst *instance, run *running, keepRunning bool) error {
+	return d.cleanupRun(ctx, inst, run, keepRunning, false)
+}
+
+// cleanupRun is cleanupStopped; keepVMRAM leaves a VM's RAM file and
+// cgroup (stopLockedWith).
+func (d *Daemon) cleanupRun(ctx context.Context, inst *instance, run *running, keepRunning, keepVMRAM bool) error {
 	name := inst.name
 	var errs []error
 	release := d.rt.Delete
 	if isVM(inst) {
-		release = func(context.Context, string) error { return d.releaseVMRun(name) }
+		release = func(context.Context, string) error { return d.releaseVMRun(name, keepVMRAM) }
 	}
 	if err := release(ctx, name); err != nil {
 		errs = append(errs, err)
@@ -140,7 +153,7 @@ func (d *Daemon) cleanupStopped(ctx context.Context, inst *instance, run *runnin
 	if err := d.net.Detach(ctx, name); err != nil {
 		errs = append(errs, err)
 	}
-	if cg, err := d.instanceCgroup(name); err == nil {
+	if cg, err := d.instanceCgroup(name); err == nil && !keepVMRAM {
 		if err := cg.Destroy(); err != nil {
 			errs = append(errs, err)
 		}

@@ -26,7 +26,17 @@ func (c *Config) migrationsRoot() string { return filepath.Join(c.RunDir, "migra
 // never needed a disk. The mount stays while containers run (like the
 // pool) and is reused by the next start; releaseHost unmounts it.
 func (c *Config) mountMigrationTmpfs() error {
-	dir := c.migrationsRoot()
+	return mountOwnTmpfs(c.migrationsRoot(), migrationTmpfsSource, "", false)
+}
+
+// migrationTmpfsSource names the migration tmpfs in mountinfo.
+const migrationTmpfsSource = "vessel-migrate"
+
+// mountOwnTmpfs mounts a tmpfs named source (with the extra options opts,
+// "" or ending in a comma) on dir, made if missing, unless it is one of
+// vessel's already, or (without always) any tmpfs. What dir held before
+// goes (the mount would hide it).
+func mountOwnTmpfs(dir, source, opts string, always bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -34,7 +44,7 @@ func (c *Config) mountMigrationTmpfs() error {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	if st.Type == unix.TMPFS_MAGIC {
+	if st.Type == unix.TMPFS_MAGIC && (!always || ownsTmpfs(dir, source)) {
 		return nil
 	}
 	fi, err := os.Stat(dir)
@@ -50,8 +60,8 @@ func (c *Config) mountMigrationTmpfs() error {
 	for _, e := range entries {
 		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
-	opts := fmt.Sprintf("mode=%o", fi.Mode().Perm())
-	if err := unix.Mount("vessel-migrate", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+	opts += fmt.Sprintf("mode=%o", fi.Mode().Perm())
+	if err := unix.Mount(source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
 	}
 	return nil
@@ -60,8 +70,13 @@ func (c *Config) mountMigrationTmpfs() error {
 // unmountMigrationTmpfs undoes mountMigrationTmpfs (nothing when RUN/migrate
 // is not a mount of vessel's).
 func (c *Config) unmountMigrationTmpfs() error {
-	dir := c.migrationsRoot()
-	if !c.ownsMigrationTmpfs() {
+	return unmountOwnTmpfs(c.migrationsRoot(), migrationTmpfsSource)
+}
+
+// unmountOwnTmpfs undoes mountOwnTmpfs (nothing when dir is not a mount
+// of vessel's named source).
+func unmountOwnTmpfs(dir, source string) error {
+	if !ownsTmpfs(dir, source) {
 		return nil
 	}
 	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -73,11 +88,16 @@ func (c *Config) unmountMigrationTmpfs() error {
 // ownsMigrationTmpfs says whether RUN/migrate is the tmpfs vessel mounted
 // (its source is named vessel-migrate in mountinfo).
 func (c *Config) ownsMigrationTmpfs() bool {
+	return ownsTmpfs(c.migrationsRoot(), migrationTmpfsSource)
+}
+
+// ownsTmpfs says whether dir is a tmpfs vessel mounted under the name
+// source (mountinfo's source field).
+func ownsTmpfs(dir, source string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false
 	}
-	dir := c.migrationsRoot()
 	for line := range strings.Lines(string(b)) {
 		f := strings.Fields(line)
 		// id parent dev root mountpoint opts ... - fstype source superopts
@@ -85,7 +105,7 @@ func (c *Config) ownsMigrationTmpfs() bool {
 			continue
 		}
 		for i := 5; i+2 < len(f); i++ {
-			if f[i] == "-" && f[i+1] == "tmpfs" && f[i+2] == "vessel-migrate" {
+			if f[i] == "-" && f[i+1] == "tmpfs" && f[i+2] == source {
 				return true
 			}
 		}

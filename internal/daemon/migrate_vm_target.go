@@ -110,7 +110,7 @@ func (d *Daemon) migrateInVM(ctx context.Context, op *operations.Operation, peer
 
 	// The network and cgroup as a start makes them, QEMU paused and
 	// waiting for the migration.
-	proc, qcfg, ep, err := d.spawnVM(ctx, r, inst.record(), size, true, false)
+	proc, qcfg, ep, err := d.spawnVM(ctx, r, inst.record(), size, vmSpawn{incoming: true})
 	if err != nil {
 		return err
 	}

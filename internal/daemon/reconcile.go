@@ -59,6 +59,7 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		release()
 	}
 	d.dropUnrecordedVolumes(ctx, journals)
+	d.dropUnusedVMRAM()
 }
 
 // warn reports something reconcile found wrong and cleaned: logged, and
@@ -256,7 +257,7 @@ func (d *Daemon) undoCreate(ctx context.Context, inst *instance) {
 	name := inst.name
 	d.log.Warn("undoing a create interrupted by a daemon restart", "name", name)
 	d.undo("delete runtime state", name, d.rt.Delete(ctx, name))
-	d.undo("remove vm run directory", name, d.releaseVMRun(name))
+	d.undo("remove vm run directory", name, d.releaseVMRun(name, false))
 	d.undo("unmount the rootfs and sysfs", name, d.releaseUserns(name))
 	d.undo("detach network", name, d.net.Detach(ctx, name))
 	d.destroyCgroup(name)

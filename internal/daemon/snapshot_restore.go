@@ -49,7 +49,7 @@ func (d *Daemon) RestoreSnapshot(ctx context.Context, name, snap string, req api
 	}), nil
 }
 
-func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, inst *instance, snap string, req api.SnapshotRestorePost) error {
+func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, inst *instance, snap string, req api.SnapshotRestorePost) (err error) {
 	name := inst.name
 	if _, err := d.getSnapshotRecord(name, snap); err != nil {
 		return err
@@ -57,8 +57,20 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 	wasRunning := inst.live() != nil
 	if wasRunning {
 		op.SetMetadata(map[string]any{api.MetaStage: "stop"})
-		if err := d.stopLocked(ctx, inst, true, 0); err != nil {
+		// A VM's stateful restore keeps its RAM file (and cgroup) for
+		// the new QEMU (vm_ram.go); if it fails before that QEMU runs,
+		// they go as a stop's would.
+		keepRAM := req.Stateful && isVM(inst)
+		if err := d.stopLockedWith(ctx, inst, true, 0, keepRAM); err != nil {
 			return err
+		}
+		if keepRAM {
+			defer func() {
+				if err != nil && inst.live() == nil {
+					d.undo("remove vm ram file", name, d.removeVMRAM(name))
+					d.destroyCgroup(name)
+				}
+			}()
 		}
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "disk"})

@@ -32,9 +32,11 @@ import (
 // disk-only snapshot of a running VM stops its vCPUs with QMP `stop`
 // (which drains and flushes the disk) for the copy alone.
 //
-// A stateful restore kills the VM's QEMU, rolls the disk back, starts a
-// new QEMU with -incoming defer on the same devices and loads the file
-// (qemu.Load), then lets it run.
+// A stateful restore kills the VM's QEMU (keeping its RAM file:
+// vm_ram.go), rolls the disk back, punches what the state file does not
+// hold out of the RAM file, starts a new QEMU with -incoming defer on the
+// same devices and RAM file and loads the file (qemu.Load), then lets it
+// run.
 
 // vmStateFile is the state file's name in a checkpoint volume.
 const vmStateFile = "vm.state"
@@ -274,10 +276,12 @@ func (d *Daemon) resumeLeftoverVM(ctx context.Context, name string) {
 func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation, inst *instance, snap string) error {
 	op.SetMetadata(map[string]any{api.MetaStage: "restore"})
 	t0 := time.Now()
+	path := d.vmStatePath(inst.name, snap)
+	ram := d.prepareVMRAM(inst.name, path)
 	var st qemu.SaveStats
 	load := func(ctx context.Context, mon vmMonitor) error {
 		var err error
-		st, err = qemu.Load(ctx, mon, d.vmStatePath(inst.name, snap), qemu.SaveOptions{})
+		st, err = qemu.Load(ctx, mon, path, qemu.SaveOptions{})
 		if err != nil {
 			return fmt.Errorf("stateful restore of %s: %w", inst.name, err)
 		}
@@ -286,8 +290,10 @@ func (d *Daemon) restoreVMStateful(ctx context.Context, op *operations.Operation
 	if err := d.launchVM(ctx, inst, load); err != nil {
 		return err
 	}
+	// load_ms counts the RAM file's preparation too.
 	op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)),
-		"load_ms": ms(st.Prealloc + st.Migrate), "prealloc_ms": ms(st.Prealloc), "file_bytes": st.FileBytes})
+		"load_ms": ms(ram.Took + st.Prealloc + st.Migrate), "prealloc_ms": ms(st.Prealloc), "file_bytes": st.FileBytes,
+		"ram_kept_bytes": ram.Kept, "ram_punched_bytes": ram.Punched, "ram_prepare_ms": ms(ram.Took)})
 	return nil
 }
 

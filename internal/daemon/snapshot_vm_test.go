@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/vesselhost/vessel/internal/api"
+	"github.com/vesselhost/vessel/internal/qemu/qemutest"
 	"github.com/vesselhost/vessel/internal/state"
 )
 
@@ -340,5 +342,105 @@ func TestVMReconcileResumesLeftover(t *testing.T) {
 	}
 	if starting.running {
 		t.Error("a VM in prelaunch was let run")
+	}
+}
+
+// TestVMRestoreKeepsRAM: a stateful restore stops the VM's QEMU without
+// removing its RAM file or its cgroup (the file's pages are charged
+// there), punches the pages the state does not hold out of the file, and
+// starts the new QEMU on it; a state it cannot read (not mapped-ram) makes
+// it load into fresh RAM; a stop removes the file, and a daemon start the
+// files of VMs that do not run.
+func TestVMRestoreKeepsRAM(t *testing.T) {
+	td := newTestDaemon(t)
+	st := qemutest.MappedRAM([]qemutest.Block{{Name: "pc.ram", Pages: 4, Present: []int64{0, 2}}})
+	v := td.runningVM(t, "vm1", string(st))
+	ramFile := td.cfg.vmRAMFile("vm1")
+	if ramFile == "" || v.cfg.RAMFile != ramFile {
+		t.Fatalf("qemu's ram file %q, want %q", v.cfg.RAMFile, ramFile)
+	}
+	// What the guest has in its RAM after the snapshot, as QEMU left it.
+	stale := bytes.Repeat([]byte{0xa5}, 4*qemutest.PageSize)
+	writeRAM := func() {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(ramFile), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(ramFile, stale, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRAM()
+	if _, err := td.snapshotOp(t, "vm1", api.SnapshotsPost{Name: "s1", Stateful: true}); err != nil {
+		t.Fatal(err)
+	}
+	cg := td.cfg.cgroupPath("vm1")
+	destroys := td.fcg.get(cg).destroys
+	op, err := td.RestoreSnapshot(context.Background(), "vm1", "s1", api.SnapshotRestorePost{Stateful: true, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitOp(t, op); err != nil {
+		t.Fatal(err)
+	}
+	nv := td.fvm.vm("vm1")
+	if nv == v || len(nv.ramAtStart) != len(stale) {
+		t.Fatalf("new qemu started on %d bytes of ram file", len(nv.ramAtStart))
+	}
+	for p := range 4 {
+		pg := nv.ramAtStart[p*qemutest.PageSize : (p+1)*qemutest.PageSize]
+		want := byte(0)
+		if p == 0 || p == 2 { // the state's pages: the load overwrites them
+			want = 0xa5
+		}
+		if pg[0] != want || pg[len(pg)-1] != want {
+			t.Errorf("page %d of the kept ram holds %#x, want %#x", p, pg[0], want)
+		}
+	}
+	if got := td.fcg.get(cg).destroys; got != destroys {
+		t.Errorf("the VM's cgroup was destroyed %d times in the restore", got-destroys)
+	}
+	md := op.Render().Metadata
+	if md["ram_punched_bytes"] != int64(2*qemutest.PageSize) || md["ram_kept_bytes"] == int64(0) {
+		t.Errorf("metadata %v", md)
+	}
+
+	// A state file it cannot read: the restore loads into fresh RAM.
+	writeRAM()
+	nv.mig.memory = "not a mapped-ram file"
+	if _, err := td.snapshotOp(t, "vm1", api.SnapshotsPost{Name: "s2", Stateful: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := td.restoreOp(t, "vm1", "s2", api.SnapshotRestorePost{Stateful: true, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if nv = td.fvm.vm("vm1"); nv.ramAtStart != nil {
+		t.Errorf("restored onto a ram file (%d bytes) the state could not clear", len(nv.ramAtStart))
+	}
+
+	// A stop removes the file.
+	writeRAM()
+	if err := changeState(t, td, "vm1", api.InstanceStatePut{Action: api.ActionStop, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ramFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ram file after a stop: %v", err)
+	}
+
+	// A daemon start removes the RAM files of VMs that do not run.
+	v2 := td.runningVM(t, "vm2", "")
+	for _, f := range []string{ramFile, v2.cfg.RAMFile, filepath.Join(filepath.Dir(ramFile), "gone.ram")} {
+		if err := os.WriteFile(f, stale, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	td.dropUnusedVMRAM()
+	if _, err := os.Stat(v2.cfg.RAMFile); err != nil {
+		t.Errorf("a running VM's ram file: %v", err)
+	}
+	for _, f := range []string{ramFile, filepath.Join(filepath.Dir(ramFile), "gone.ram")} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the start: %v", f, err)
+		}
 	}
 }

@@ -41,6 +41,9 @@ type fakeVM struct {
 	// "postmigrate"); mig is the fake migration (snapshot_vm_test.go).
 	status string
 	mig    fakeMigration
+	// ramAtStart is what the VM's RAM file held when it started (nil:
+	// no file).
+	ramAtStart []byte
 	// events feeds the VM's events monitor (a test sends RESET).
 	events chan qemu.Event
 	done   chan struct{}
@@ -87,6 +90,9 @@ func (f *fakeVMRunner) Start(ctx context.Context, cfg qemu.Config) (vmProcess, e
 	}
 	v := &fakeVM{cfg: cfg, pid: f.nextPid, running: !cfg.Paused, ignoreACPI: f.ignoreACPI, acpiLost: f.acpiLost,
 		events: make(chan qemu.Event), done: make(chan struct{})}
+	if cfg.RAMFile != "" {
+		v.ramAtStart, _ = os.ReadFile(cfg.RAMFile)
+	}
 	f.vms[cfg.RunDir] = v
 	return fakeVMProcess{v}, nil
 }

@@ -171,7 +171,8 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	defer r.Fail()
 	// A restore's QEMU faults all its RAM in as it loads it: without
 	// transparent huge pages unless configured (internal/qemu/thp.go).
-	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, load != nil, load != nil && !d.cfg.VMRestoreTHP)
+	// It maps the RAM file the stopped QEMU left (vm_ram.go).
+	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, vmSpawn{incoming: load != nil, noTHP: load != nil && !d.cfg.VMRestoreTHP, keepRAM: load != nil})
 	if err != nil {
 		return err
 	}
@@ -210,11 +211,19 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	return nil
 }
 
+// vmSpawn is how spawnVM starts a VM's QEMU.
+type vmSpawn struct {
+	// incoming: waiting for its state (-incoming defer); noTHP:
+	// transparent huge pages off; keepRAM: on the RAM file a stateful
+	// restore kept (otherwise any file left is removed first: the
+	// guest's RAM starts zero).
+	incoming, noTHP, keepRAM bool
+}
+
 // spawnVM makes what a VM's QEMU runs in (its tap, its cgroup with the
-// limits) and starts QEMU in it, paused until its disk is throttled (with
-// incoming, waiting for its state: -incoming defer; with noTHP,
-// transparent huge pages off). r undoes each step.
-func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, incoming, noTHP bool) (vmProcess, qemu.Config, network.Endpoint, error) {
+// limits) and starts QEMU in it, paused until its disk is throttled. r
+// undoes each step.
+func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Instance, size vmSizing, how vmSpawn) (vmProcess, qemu.Config, network.Endpoint, error) {
 	name := rec.Name
 	bg := context.WithoutCancel(ctx)
 	ep, err := d.net.AttachTap(ctx, name, rec.Address)
@@ -230,7 +239,13 @@ func (d *Daemon) spawnVM(ctx context.Context, r *revert.Reverter, rec state.Inst
 		return nil, qemu.Config{}, ep, err
 	}
 	qcfg := d.vmQEMUConfig(rec, size, ep)
-	qcfg.Incoming, qcfg.NoTHP = incoming, noTHP
+	qcfg.Incoming, qcfg.NoTHP = how.incoming, how.noTHP
+	r.Add(func() { d.undo("remove vm ram file", name, d.removeVMRAM(name)) })
+	if !how.keepRAM {
+		if err := d.removeVMRAM(name); err != nil {
+			return nil, qcfg, ep, err
+		}
+	}
 	proc, err := d.vms.Start(ctx, qcfg)
 	if err != nil {
 		return nil, qcfg, ep, err
@@ -261,7 +276,8 @@ func (d *Daemon) vmQEMUConfig(rec state.Instance, size vmSizing, ep network.Endp
 		Disk:   qemu.Disk{Path: d.vmDisk(rec.Name)},
 		Net:    &qemu.Net{Tap: ep.HostVeth, MAC: ep.MAC},
 		RunDir: d.cfg.vmRunDir(rec.Name), ConsoleLog: d.cfg.logPath(rec.Name),
-		Paused: true,
+		RAMFile: d.cfg.vmRAMFile(rec.Name),
+		Paused:  true,
 	}
 }
 
@@ -322,10 +338,15 @@ func (d *Daemon) askVMStop(ctx context.Context, name string) error {
 	return mon.SystemPowerdown(mctx)
 }
 
-// releaseVMRun removes a stopped VM's run directory.
-func (d *Daemon) releaseVMRun(name string) error {
+// releaseVMRun removes a stopped VM's run directory and, unless keepRAM
+// (a stateful restore's stop), its RAM file.
+func (d *Daemon) releaseVMRun(name string, keepRAM bool) error {
 	d.agents.drop(name)
-	return os.RemoveAll(d.cfg.vmRunDir(name))
+	err := os.RemoveAll(d.cfg.vmRunDir(name))
+	if !keepRAM {
+		err = errors.Join(err, d.removeVMRAM(name))
+	}
+	return err
 }
 
 // reconcileVM settles a VM at daemon start: a QEMU found by its pidfile is

@@ -38,7 +38,10 @@ func TestVMSnapshotStateful(t *testing.T) {
 	h := newHost(t)
 	h.OK("launch", "busybox", "vm1", "--vm", "-c", "limits.memory=256MiB")
 	// The first exec waits for the agent.
-	h.OK("exec", "vm1", "--", "sh", "-c", "echo before > /root/before; mkdir -p /mnt/ram; mount -t tmpfs ram /mnt/ram; echo ram1 > /mnt/ram/x; sync")
+	// /mnt/ram/zero is 16 MiB of guest pages that are zero at the
+	// snapshot: the state file does not hold them (mapped-ram's zero
+	// pages), so the restore must zero what the guest writes there later.
+	h.OK("exec", "vm1", "--", "sh", "-c", "echo before > /root/before; mkdir -p /mnt/ram; mount -t tmpfs ram /mnt/ram; echo ram1 > /mnt/ram/x; dd if=/dev/zero of=/mnt/ram/zero bs=1M count=16 2>/dev/null; sync")
 	pid := strings.TrimSpace(h.OK("exec", "vm1", "--", "sh", "-c", "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!"))
 	qemuPid := h.instances()["vm1"].PID
 	if off, err := qemu.THPDisabled(qemuPid); err != nil || off {
@@ -96,7 +99,11 @@ func TestVMSnapshotStateful(t *testing.T) {
 		t.Error("the crashed snapshot is listed")
 	}
 	h.assertNoSnapshotTraces("vm1", "crashed")
-	h.OK("exec", "vm1", "--", "sh", "-c", "echo new > /root/new; echo ram2 > /mnt/ram/x; kill "+pid+"; sync")
+	h.OK("exec", "vm1", "--", "sh", "-c", "echo new > /root/new; echo ram2 > /mnt/ram/x; dd if=/dev/urandom of=/mnt/ram/zero bs=1M count=16 conv=notrunc 2>/dev/null; kill "+pid+"; sync")
+	ramFile := filepath.Join(h.RunDir(), "vm-ram", "vm1.ram")
+	if _, err := os.Stat(ramFile); err != nil {
+		t.Errorf("the running VM's RAM file: %v", err)
+	}
 
 	h.Fails("--force", "snapshot", "restore", "vm1", "s1", "--stateful")
 	h.OK("snapshot", "restore", "vm1", "s1", "--stateful", "--force")
@@ -111,6 +118,11 @@ func TestVMSnapshotStateful(t *testing.T) {
 	}
 	if got := h.OK("exec", "vm1", "--", "cat", "/mnt/ram/x", "/root/before"); got != "ram1\nbefore\n" {
 		t.Errorf("after restore: %q, want the snapshot's tmpfs file and disk", got)
+	}
+	// The new QEMU mapped the old one's RAM file, and the pages the state
+	// did not hold read zero, not what the guest wrote after the snapshot.
+	if got := strings.TrimSpace(h.OK("exec", "vm1", "--", "sh", "-c", "tr -d '\\000' < /mnt/ram/zero | wc -c")); got != "0" {
+		t.Errorf("after restore /mnt/ram/zero holds %s non-zero bytes: the killed QEMU's pages", got)
 	}
 	if r := h.Vessel("exec", "vm1", "--", "kill", "-0", pid); r.Code != 0 {
 		t.Errorf("the guest's sleep %s is not back: %s", pid, r)
@@ -138,4 +150,7 @@ func TestVMSnapshotStateful(t *testing.T) {
 	h.assertNoSnapshotTraces("vm1", "s1")
 	h.OK("delete", "vm1", "--force")
 	h.assertNoSnapshotTraces("vm1", "d1")
+	if _, err := os.Stat(ramFile); !os.IsNotExist(err) {
+		t.Errorf("the deleted VM's RAM file: %v", err)
+	}
 }
