@@ -58,9 +58,11 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 	wasRunning := inst.live() != nil
 	if wasRunning {
 		op.SetMetadata(map[string]any{api.MetaStage: "stop"})
+		t := time.Now()
 		if err := d.stopLocked(ctx, inst, true, 0); err != nil {
 			return err
 		}
+		d.log.Debug("snapshot restore: stopped", "name", name, "took", time.Since(t))
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "disk"})
 	if req.Stateful && !isVM(inst) {
@@ -199,6 +201,8 @@ func (d *Daemon) restoreStateful(ctx context.Context, op *operations.Operation, 
 	p, rst, perr := d.prepareSnapshotRestore(ctx, inst, snap)
 	prepared := time.Since(t0)
 	rb := <-disk
+	d.log.Debug("snapshot restore: prepared beside the rollback", "name", inst.name,
+		"disk", rb.at.Sub(t0), "prepare", prepared)
 	if err := errors.Join(rb.err, perr); err != nil {
 		if perr == nil {
 			p.abort()
@@ -227,6 +231,7 @@ func (d *Daemon) restoreStateful(ctx context.Context, op *operations.Operation, 
 // it is gone. A failure leaves nothing prepared.
 func (d *Daemon) prepareSnapshotRestore(ctx context.Context, inst *instance, snap string) (_ *prepared, _ runtime.Restorer, err error) {
 	name := inst.name
+	t0 := time.Now()
 	images, idmap, err := d.restoreImages(name, snap)
 	if err != nil {
 		return nil, nil, err
@@ -238,10 +243,12 @@ func (d *Daemon) prepareSnapshotRestore(ctx context.Context, inst *instance, sna
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return nil, nil, err
 	}
+	t1 := time.Now()
 	p, err := d.prepareRun(ctx, inst, false)
 	if err != nil {
 		return nil, nil, err
 	}
+	t2 := time.Now()
 	rst, err := d.prepareDirectRestore(ctx, p, runtime.RestoreOptions{
 		ImagePath: images, WorkPath: work, DirectRead: true, IDMap: idmap,
 	})
@@ -249,6 +256,7 @@ func (d *Daemon) prepareSnapshotRestore(ctx context.Context, inst *instance, sna
 		p.abort()
 		return nil, nil, err
 	}
+	d.log.Debug("snapshot restore: prepared", "name", name, "images", t1.Sub(t0), "run", t2.Sub(t1), "criu", time.Since(t2))
 	return p, rst, nil
 }
 
