@@ -51,9 +51,9 @@ type fakeRuntime struct {
 	ctrs    map[string]*fakeContainer
 	nextPid int
 	calls   callLog
-	// startErr and restoreErr fail Start and Restore; stateErr fails
-	// State.
-	startErr, restoreErr, stateErr error
+	// startErr and restoreErr fail Start and a prepared restore's Run,
+	// prepareErr PrepareRestore; stateErr fails State.
+	startErr, restoreErr, prepareErr, stateErr error
 	// endOnSignal makes Signal end the container with the signal.
 	endOnSignal bool
 }
@@ -159,37 +159,42 @@ func (f *fakeRuntime) Start(ctx context.Context, id, bundle string, o runtime.St
 	return f.createLocked(id, f.startErr)
 }
 
-func (f *fakeRuntime) Restore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Process, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Restore %s", id)
-	return f.createLocked(id, f.restoreErr)
-}
-
 func (f *fakeRuntime) PrepareRestore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Restorer, error) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.record("PrepareRestore %s", id)
-	f.mu.Unlock()
-	return &fakeRestorer{f: f, id: id, bundle: bundle, o: o}, nil
+	if f.prepareErr != nil {
+		return nil, f.prepareErr
+	}
+	return &fakeRestorer{f: f, id: id, o: o}, nil
 }
 
-// fakeRestorer is a prepared restore of the fake runtime: Run is Restore.
+// fakeRestorer is a prepared restore of the fake runtime: Run makes the
+// container ("Restore ID"), Abort after no Run is recorded ("Abort ID").
 type fakeRestorer struct {
-	f      *fakeRuntime
-	id     string
-	bundle string
-	o      runtime.RestoreOptions
+	f   *fakeRuntime
+	id  string
+	o   runtime.RestoreOptions
+	ran bool
 }
 
 func (r *fakeRestorer) Run(ctx context.Context) (runtime.Process, error) {
-	proc, err := r.f.Restore(ctx, r.id, r.bundle, r.o)
+	r.ran = true
+	r.f.mu.Lock()
+	r.f.record("Restore %s", r.id)
+	proc, err := r.f.createLocked(r.id, r.f.restoreErr)
+	r.f.mu.Unlock()
 	if err == nil && r.o.Resumed != nil {
 		r.o.Resumed()
 	}
 	return proc, err
 }
 
-func (r *fakeRestorer) Abort() {}
+func (r *fakeRestorer) Abort() {
+	if !r.ran {
+		r.f.record("Abort %s", r.id)
+	}
+}
 
 func (r *fakeRestorer) CheckImages() error { return nil }
 

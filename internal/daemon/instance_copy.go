@@ -134,7 +134,7 @@ func (d *Daemon) copySnapshots(ctx context.Context, op *operations.Operation, r 
 // or on another host. A copy has an address of its own (and a VM the MAC
 // derived from it). A container's saved processes come back in the
 // copy's network namespace (CRIU takes it from outside its images) and
-// user namespace (restoreLaunch maps the images to the copy's ids), so a
+// user namespace (restoreImages maps the images to the copy's ids), so a
 // container's state goes along. A VM's saved state is its memory and
 // devices: the source's MAC (virtio-net's state) and address (the
 // guest's), which the copy's tap filter drops; a VM's copy gets the disk

@@ -137,6 +137,23 @@ func (d *Daemon) prepareRun(ctx context.Context, inst *instance, netLock bool) (
 	return p, nil
 }
 
+// prepareDirectRestore readies the restore of a prepared instance from
+// images and a root filesystem that need not be final yet
+// (runtime.PrepareRestore: the shim and `criu swrk` started, CRIU in the
+// container's cgroups, the request built), so that launchPrepared with
+// the Restorer's Run holds CRIU's restore and little else: a move's target
+// prepares before the source freezes, a snapshot's restore beside the
+// disk's rollback. p's abort ends it.
+func (d *Daemon) prepareDirectRestore(ctx context.Context, p *prepared, o runtime.RestoreOptions) (runtime.Restorer, error) {
+	o.LogPath = p.logPath
+	rst, err := d.rt.PrepareRestore(ctx, p.inst.name, p.bundle, o)
+	if err != nil {
+		return nil, fmt.Errorf("prepare the restore: %w", err)
+	}
+	p.r.Add(rst.Abort)
+	return rst, nil
+}
+
 // launchPrepared creates the processes, watches them and commits the
 // running state, with whatever also writes in the same transaction (a
 // migration target's journal goes with it). A failure undoes the

@@ -247,7 +247,7 @@ func (d *Daemon) migrateIn(ctx context.Context, op *operations.Operation, peer s
 		}
 		m.prep.limitsLater = true
 		r.Add(m.prep.abort)
-		if err := m.prepareRestore(ctx, r); err != nil {
+		if err := m.prepareRestore(ctx); err != nil {
 			return err
 		}
 		m.startPreLazy(ctx)
@@ -510,13 +510,12 @@ func (m *migrationTarget) restore(ctx context.Context, also func(*state.Tx) erro
 }
 
 // prepareRestore starts the restore's CRIU before the source freezes
-// (runtime.PrepareRestore): the frozen window then holds only CRIU's own
+// (prepareDirectRestore): the frozen window then holds only CRIU's own
 // restore.
-func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter) error {
+func (m *migrationTarget) prepareRestore(ctx context.Context) error {
 	d := m.d
-	rst, err := d.rt.PrepareRestore(ctx, m.name, m.prep.bundle, runtime.RestoreOptions{
-		StartOptions: runtime.StartOptions{LogPath: m.prep.logPath},
-		ImagePath:    m.images, WorkPath: m.work, LazyPages: m.lazyRestore(), TCPEstablished: true,
+	rst, err := d.prepareDirectRestore(ctx, m.prep, runtime.RestoreOptions{
+		ImagePath: m.images, WorkPath: m.work, LazyPages: m.lazyRestore(), TCPEstablished: true,
 		Hang:  d.fault(faultRestore) == "hang",
 		IDMap: runIDMap(m.inst.record()), Untrusted: true,
 		// The client's downtime ends as the tasks resume, not after
@@ -530,10 +529,9 @@ func (m *migrationTarget) prepareRestore(ctx context.Context, r *revert.Reverter
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("prepare the restore: %w", err)
+		return err
 	}
 	m.rst = rst
-	r.Add(rst.Abort)
 	return nil
 }
 

@@ -25,10 +25,10 @@ import (
 // (runtime.Runtime). Nothing above it assumes runc.
 type instanceRuntime interface {
 	Start(ctx context.Context, id, bundle string, o runtime.StartOptions) (runtime.Process, error)
-	Restore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Process, error)
 	// PrepareRestore readies a restore whose images may still be coming
-	// (CRIU started, the container's cgroups and namespaces set): the
-	// frozen window holds only its Run.
+	// or whose root filesystem is still being rolled back (CRIU
+	// started, the container's cgroups and namespaces set): the frozen
+	// window holds only its Run.
 	PrepareRestore(ctx context.Context, id, bundle string, o runtime.RestoreOptions) (runtime.Restorer, error)
 	// State reports the processes' status and init pid; StatusUnknown
 	// (and no error) when the runtime does not know the instance.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,9 +62,11 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 		// the new QEMU (vm_ram.go); if it fails before that QEMU runs,
 		// they go as a stop's would.
 		keepRAM := req.Stateful && isVM(inst)
+		t := time.Now()
 		if err := d.stopLockedWith(ctx, inst, true, 0, keepRAM); err != nil {
 			return err
 		}
+		d.log.Debug("snapshot restore: stopped", "name", name, "took", time.Since(t))
 		if keepRAM {
 			defer func() {
 				if err != nil && inst.live() == nil {
@@ -74,19 +77,15 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 		}
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "disk"})
+	if req.Stateful && !isVM(inst) {
+		return d.restoreStateful(ctx, op, inst, snap)
+	}
 	if err := d.rollbackDisk(ctx, inst, snap); err != nil {
 		return err
 	}
 	switch {
-	case req.Stateful && isVM(inst):
-		return d.restoreVMStateful(ctx, op, inst, snap)
 	case req.Stateful:
-		op.SetMetadata(map[string]any{api.MetaStage: "restore"})
-		t0 := time.Now()
-		if err := d.runLocked(ctx, inst, false, d.restoreLaunch(ctx, name, snap)); err != nil {
-			return err
-		}
-		op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(t0)), "io": d.cfg.SnapshotIO})
+		return d.restoreVMStateful(ctx, op, inst, snap)
 	case wasRunning:
 		op.SetMetadata(map[string]any{api.MetaStage: "start"})
 		return d.startLocked(ctx, inst)
@@ -187,54 +186,119 @@ func restoreIdentity(s state.Snapshot, name string, vm bool) identityAction {
 	}
 }
 
-// restoreLaunch returns the launch step of a stateful restore: runc
-// restore under a new shim from the checkpoint volume. CRIU reads the page
-// files itself, with O_DIRECT where it can (DirectRead, CRIU patch 0021:
-// the images are on disk, not in the page cache). vessel used to read them
-// ahead of it through the page cache (FADV_WILLNEED in 10 MiB windows),
-// but on this 2-core host that was 15-20 % slower than CRIU alone in every
-// bench/snapshot run (the two compete for the CPU that checksums and
-// copies the pages), so it is gone. The images' user namespace is first
-// made the instance's (runtime.MapUserns), and a copy's snapshot's UTS
-// namespace, or that of a snapshot taken under another name, named after
-// it (runtime.SetUTSName; restoreIdentity).
-func (d *Daemon) restoreLaunch(ctx context.Context, name, snap string) launchFunc {
-	return func(bundle, logPath string) (runtime.Process, error) {
-		images := d.storage.Path(checkpointVolume(name, snap))
-		srec, err := d.state.GetSnapshot(name, snap)
-		if err != nil {
-			return runtime.Process{}, err
-		}
-		if a := restoreIdentity(srec, name, false); a == identityRewrite || a == identityRename {
-			// A copy's snapshot, or one taken before a move renamed
-			// the instance: its UTS namespace has the other name.
-			if err := runtime.SetUTSName(images, name); err != nil {
-				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
-			}
-		}
-		idmap := d.snapshotIDMap(name)
-		if idmap != nil {
-			// A copy's snapshot, or one that moved cold, was taken under
-			// another id block than the instance runs with now.
-			if err := runtime.MapUserns(images, *idmap); err != nil {
-				return runtime.Process{}, fmt.Errorf("snapshot %q: %w", snap, err)
-			}
-		}
-		work := d.cfg.restoreWorkDir(name)
-		if err := os.RemoveAll(work); err != nil {
-			return runtime.Process{}, err
-		}
-		if err := os.MkdirAll(work, 0o700); err != nil {
-			return runtime.Process{}, err
-		}
-		return d.rt.Restore(ctx, name, bundle, runtime.RestoreOptions{
-			StartOptions: runtime.StartOptions{LogPath: logPath},
-			ImagePath:    images,
-			WorkPath:     work,
-			DirectRead:   true,
-			IDMap:        idmap,
-		})
+// restoreStateful rolls a stopped container's disk back to snapshot snap
+// and restores its processes. The restore is prepared beside the
+// rollback, which it does not need (prepareSnapshotRestore: the network,
+// the cgroups, the bundle, the images' identity, the shim and `criu
+// swrk`; a move's target prepares the same way before the source
+// freezes), and the rest waits for the disk: the idmapped root, CRIU's
+// bind of it, the request. restore_ms is counted from the disk rolled
+// back, as before the overlap; prepare_ms and disk_ms are the two sides.
+func (d *Daemon) restoreStateful(ctx context.Context, op *operations.Operation, inst *instance, snap string) error {
+	// A new id map is recorded here, not beside the rollback's own
+	// record writes (each rewrites the whole record).
+	if _, err := d.ensureIDMap(inst); err != nil {
+		return err
 	}
+	t0 := time.Now()
+	type rolledBack struct {
+		err error
+		at  time.Time
+	}
+	disk := make(chan rolledBack, 1)
+	go func() {
+		err := d.rollbackDisk(ctx, inst, snap)
+		disk <- rolledBack{err, time.Now()}
+	}()
+	p, rst, perr := d.prepareSnapshotRestore(ctx, inst, snap)
+	prepared := time.Since(t0)
+	rb := <-disk
+	d.log.Debug("snapshot restore: prepared beside the rollback", "name", inst.name,
+		"disk", rb.at.Sub(t0), "prepare", prepared)
+	if err := errors.Join(rb.err, perr); err != nil {
+		if perr == nil {
+			p.abort()
+		}
+		return err
+	}
+	op.SetMetadata(map[string]any{api.MetaStage: "restore"})
+	err := d.launchPrepared(ctx, p, func(string, string) (runtime.Process, error) { return rst.Run(ctx) }, nil)
+	if err != nil {
+		return err
+	}
+	op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(rb.at)),
+		"disk_ms": ms(rb.at.Sub(t0)), "prepare_ms": ms(prepared), "io": d.cfg.SnapshotIO})
+	return nil
+}
+
+// prepareSnapshotRestore prepares the stateful restore of snapshot snap
+// into a stopped container whose disk may still be rolling back: the
+// images' identity made the instance's, prepareRun and
+// prepareDirectRestore. CRIU reads the page files itself, with O_DIRECT
+// where it can (DirectRead, CRIU patch 0021: the images are on disk, not
+// in the page cache). vessel used to read them ahead of it through the
+// page cache (FADV_WILLNEED in 10 MiB windows), but on this 2-core host
+// that was 15-20 % slower than CRIU alone in every bench/snapshot run
+// (the two compete for the CPU that checksums and copies the pages), so
+// it is gone. A failure leaves nothing prepared.
+func (d *Daemon) prepareSnapshotRestore(ctx context.Context, inst *instance, snap string) (_ *prepared, _ runtime.Restorer, err error) {
+	name := inst.name
+	t0 := time.Now()
+	images, idmap, err := d.restoreImages(name, snap)
+	if err != nil {
+		return nil, nil, err
+	}
+	work := d.cfg.restoreWorkDir(name)
+	if err := os.RemoveAll(work); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return nil, nil, err
+	}
+	t1 := time.Now()
+	p, err := d.prepareRun(ctx, inst, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	t2 := time.Now()
+	rst, err := d.prepareDirectRestore(ctx, p, runtime.RestoreOptions{
+		ImagePath: images, WorkPath: work, DirectRead: true, IDMap: idmap,
+	})
+	if err != nil {
+		p.abort()
+		return nil, nil, err
+	}
+	d.log.Debug("snapshot restore: prepared", "name", name, "images", t1.Sub(t0), "run", t2.Sub(t1), "criu", time.Since(t2))
+	return p, rst, nil
+}
+
+// restoreImages readies snapshot snap's images for a restore into name
+// and returns their directory and the id map the restore runs with: the
+// images' user namespace made the instance's (runtime.MapUserns), and a
+// copy's snapshot's UTS namespace, or that of a snapshot taken under
+// another name, named after it (runtime.SetUTSName; restoreIdentity).
+func (d *Daemon) restoreImages(name, snap string) (string, *runtime.IDMap, error) {
+	images := d.storage.Path(checkpointVolume(name, snap))
+	srec, err := d.state.GetSnapshot(name, snap)
+	if err != nil {
+		return "", nil, err
+	}
+	if a := restoreIdentity(srec, name, false); a == identityRewrite || a == identityRename {
+		// A copy's snapshot, or one taken before a move renamed the
+		// instance: its UTS namespace has the other name.
+		if err := runtime.SetUTSName(images, name); err != nil {
+			return "", nil, fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	}
+	idmap := d.snapshotIDMap(name)
+	if idmap != nil {
+		// A copy's snapshot, or one that moved cold, was taken under
+		// another id block than the instance runs with now.
+		if err := runtime.MapUserns(images, *idmap); err != nil {
+			return "", nil, fmt.Errorf("snapshot %q: %w", snap, err)
+		}
+	}
+	return images, idmap, nil
 }
 
 // restoreWorkDir and dumpWorkDir are where CRIU writes restore.log and

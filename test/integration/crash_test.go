@@ -84,6 +84,38 @@ func TestCrashDuringSnapshotRestore(t *testing.T) {
 	h.assertNoInstanceTraces("r1")
 }
 
+// TestCrashDuringStatefulSnapshotRestore: the same crash in a stateful
+// restore, whose shim and CRIU are started beside the rollback. The
+// restarted daemon finishes the rollback, the half-prepared restore
+// leaves nothing that blocks the next one (CRIU exits on the dead
+// daemon's hang-up, its shim after it), and a stateful restore then
+// brings the processes back.
+func TestCrashDuringStatefulSnapshotRestore(t *testing.T) {
+	h := newHost(t)
+	h.OK("launch", "busybox", "r2")
+	h.OK("exec", "r2", "--", "sh", "-c", "echo before > /root/mark")
+	h.startCounter("r2")
+	h.OK("snapshot", "create", "r2", "s0", "--stateful")
+	h.OK("exec", "r2", "--", "sh", "-c", "echo after > /root/mark")
+	h.RestartWith("--fault", "snapshot.restore.deleted=crash")
+	if r := h.Vessel("snapshot", "restore", "r2", "s0", "--stateful", "--force"); r.Code == 0 {
+		t.Fatal("restore succeeded although the daemon was killed")
+	}
+	h.RestartWith()
+	if st := h.Instance("r2").Status; st != api.StatusStopped {
+		t.Fatalf("after the restart r2 is %s, want Stopped (the restore stopped it)", st)
+	}
+	h.OK("snapshot", "restore", "r2", "s0", "--stateful")
+	if got := strings.TrimSpace(h.read("r2", "/root/mark")); got != "before" {
+		t.Fatalf("disk after the restore: %q, want the snapshot's", got)
+	}
+	after := h.count("r2")
+	eventually(t, "the restored counter to count", func() bool { return h.count("r2") > after })
+	h.assertNetwork("r2", h.Instance("r2").IPv4)
+	h.OK("delete", "--force", "r2")
+	h.assertNoInstanceTraces("r2")
+}
+
 // TestCrashTargetAfterReserve: the target is killed right after it
 // reserved the name (its record and the migration journal, committed
 // together). The source resumes the container; the restarted target
