@@ -14,8 +14,7 @@ import (
 // CRIU reads a container's cgroups through a "yard": a directory with each
 // cgroup hierarchy mounted in it. Without one it mounts every hierarchy
 // afresh to dump a container (and unmounts it after): on cgroup v1's ten
-// hierarchies ~6-9 ms of the frozen window here (a restore's yard, a
-// tmpfs with the hierarchies in it, ~1 ms). The hierarchies are
+// hierarchies ~6-9 ms of the frozen window here. The hierarchies are
 // mounted on the host already, so vessel gives CRIU a yard of symlinks to
 // them (CRIU opens each entry as a directory, following the link), named
 // as CRIU names a hierarchy: its controllers as /proc/self/cgroup lists

@@ -200,13 +200,6 @@ func (r *Runtime) prepareRestore(ctx context.Context, id, bundle string, o Resto
 	if p.opts, err = restoreRequest(p.config, cgs, o); err != nil {
 		return nil, err
 	}
-	// vessel's yard of the host's hierarchies (see cgroupYard), as the
-	// dump's: CRIU mounts none of its own (on cgroup v1 a tmpfs and ten
-	// hierarchies, ~1 ms of the frozen window with their unmount before
-	// CRIU answers).
-	if yard := r.cgroupYard(); yard != "" {
-		p.opts.CgroupYard = proto.String(yard)
-	}
 	p.inheritBase = len(p.opts.InheritFd)
 	if o.DirectRead && !o.LazyPages && r.DirectReadPages() {
 		if err := setDirectRead(p.opts, o.WorkPath); err != nil {
