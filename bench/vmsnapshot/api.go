@@ -50,6 +50,12 @@ type APIResult struct {
 	// RestoreTHP: the daemon ran with --vm-restore-thp (the restore's
 	// QEMU kept transparent huge pages; by default it has them off).
 	RestoreTHP bool `json:"restore_thp"`
+	// RAMKeptMiB is, per restore, the RAM the VM's previous QEMU left in
+	// its RAM file for the new one (0: loaded into fresh RAM, as with
+	// vesseld --vm-anonymous-ram); RAMPunchedMiB what of it was punched
+	// out (pages the state file does not hold).
+	RAMKeptMiB    benchutil.Stats `json:"ram_kept_mib"`
+	RAMPunchedMiB benchutil.Stats `json:"ram_punched_mib"`
 }
 
 // apiBench runs the API rows: one daemon (testhost, its own btrfs pool),
@@ -90,7 +96,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("setsid /root/memhog %d /root/memhog.ready </dev/null >/dev/null 2>&1 &", res.MemhogMiB))
 		h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /root/memhog.ready ]; do sleep 0.2; done")
 		r.Logf("api %d MiB: memhog filled %d MiB in %s", mib, res.MemhogMiB, time.Since(t0).Round(time.Second))
-		var w, rd, save, load, loadRatio, snapS, restS, frozen, passes []float64
+		var w, rd, save, load, loadRatio, snapS, restS, frozen, passes, kept, punched []float64
 		for i := range n {
 			fw, fr := benchutil.RawDisk(r, fioDir, mib)
 			w, rd = append(w, fw), append(rd, fr)
@@ -123,7 +129,10 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 			md = op.Metadata
 			// load_ms includes QEMU populating the RAM first (prealloc_ms).
 			load = append(load, mbps(num(md["file_bytes"]), num(md["load_ms"])))
-			r.Logf("api %d MiB run %d: load_ms %.0f of which prealloc_ms %.0f", mib, i, num(md["load_ms"]), num(md["prealloc_ms"]))
+			kept = append(kept, num(md["ram_kept_bytes"])/(1<<20))
+			punched = append(punched, num(md["ram_punched_bytes"])/(1<<20))
+			r.Logf("api %d MiB run %d: load_ms %.0f of which prealloc_ms %.0f, ram kept %.0f MiB (punched %.0f)",
+				mib, i, num(md["load_ms"]), num(md["prealloc_ms"]), kept[i], punched[i])
 			loadRatio = append(loadRatio, benchutil.Ratio(load[i], fr))
 			v := h.OK("exec", name, "--", "sh", "-c",
 				"rm -f /root/memhog.ready.verify; kill -USR1 $(pidof memhog) && while [ ! -e /root/memhog.ready.verify ]; do sleep 0.2; done; cat /root/memhog.ready.verify")
@@ -140,6 +149,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		res.SaveMBps, res.LoadMBps = benchutil.Summarise(save), benchutil.Summarise(load)
 		res.SnapshotS, res.RestoreS = benchutil.Summarise(snapS), benchutil.Summarise(restS)
 		res.FrozenMs, res.Passes = benchutil.Summarise(frozen), benchutil.Summarise(passes)
+		res.RAMKeptMiB, res.RAMPunchedMiB = benchutil.Summarise(kept), benchutil.Summarise(punched)
 		res.SaveOfRaw = benchutil.Ratio(res.SaveMBps.Median, res.Raw.WriteMBps.Median)
 		res.LoadOfRaw = benchutil.Ratio(res.LoadMBps.Median, res.Raw.ReadMBps.Median)
 		res.LoadOfRawPerRun = benchutil.Summarise(loadRatio)
