@@ -84,7 +84,7 @@ func (d *Daemon) restoreLocked(ctx context.Context, op *operations.Operation, in
 		return err
 	}
 	switch {
-	case req.Stateful:
+	case req.Stateful: // a VM's (a container's returned above)
 		return d.restoreVMStateful(ctx, op, inst, snap)
 	case wasRunning:
 		op.SetMetadata(map[string]any{api.MetaStage: "start"})
@@ -211,10 +211,10 @@ func (d *Daemon) restoreStateful(ctx context.Context, op *operations.Operation, 
 		disk <- rolledBack{err, time.Now()}
 	}()
 	p, rst, perr := d.prepareSnapshotRestore(ctx, inst, snap)
-	prepared := time.Since(t0)
+	prepTook := time.Since(t0)
 	rb := <-disk
 	d.log.Debug("snapshot restore: prepared beside the rollback", "name", inst.name,
-		"disk", rb.at.Sub(t0), "prepare", prepared)
+		"disk", rb.at.Sub(t0), "prepare", prepTook)
 	if err := errors.Join(rb.err, perr); err != nil {
 		if perr == nil {
 			p.abort()
@@ -227,7 +227,7 @@ func (d *Daemon) restoreStateful(ctx context.Context, op *operations.Operation, 
 		return err
 	}
 	op.SetMetadata(map[string]any{api.MetaStage: "done", "restore_ms": ms(time.Since(rb.at)),
-		"disk_ms": ms(rb.at.Sub(t0)), "prepare_ms": ms(prepared), "io": d.cfg.SnapshotIO})
+		"disk_ms": ms(rb.at.Sub(t0)), "prepare_ms": ms(prepTook), "io": d.cfg.SnapshotIO})
 	return nil
 }
 
