@@ -22,10 +22,14 @@ import (
 	"github.com/digitalocean/go-qemu/qmp"
 
 	"github.com/vesselhost/vessel/internal/qemu"
+	"github.com/vesselhost/vessel/internal/vm"
 )
 
-// kernelGlobs are where setup caches Debian's cloud kernel.
+// kernelGlobs are where setup caches Debian's cloud kernel: first the
+// directory vesseld takes it from (setup.sh's vm_support unpacks it there),
+// then older caches and the host image's base.
 var kernelGlobs = []string{
+	filepath.Join(vm.DefaultKernelDir, "vmlinuz"),
 	"/var/cache/vessel-setup/vm/vmlinuz*",
 	"/var/cache/vessel-setup/*/vmlinuz*",
 	"/var/cache/vessel-setup/host-image/base-*/boot/vmlinuz-*-cloud-amd64",
@@ -44,7 +48,7 @@ func FindKernel() (string, error) {
 			}
 		}
 	}
-	return "", errors.New("no guest kernel: set VESSEL_VM_KERNEL or run scripts/host-image (caches Debian's cloud kernel under /var/cache/vessel-setup)")
+	return "", errors.New("no guest kernel: set VESSEL_VM_KERNEL or run scripts/setup.sh (unpacks Debian's cloud kernel into " + vm.DefaultKernelDir + ")")
 }
 
 // BuildInitramfs builds memfill statically and writes the initramfs to
