@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,11 +57,44 @@ type APIResult struct {
 	// out (pages the state file does not hold).
 	RAMKeptMiB    benchutil.Stats `json:"ram_kept_mib"`
 	RAMPunchedMiB benchutil.Stats `json:"ram_punched_mib"`
+	// RAMSmallPages: the daemon ran with --vm-ram-small-pages (the RAM
+	// files' tmpfs huge=never instead of huge=advise).
+	RAMSmallPages bool `json:"ram_small_pages"`
+	// SaveOfRawPerRun is each save's rate over its round's fio write;
+	// LoadOfRawBracketPerRun each load's rate over the mean of its
+	// round's fio read and a second one right after the restore.
+	SaveOfRawPerRun        benchutil.Stats `json:"save_of_raw_per_run"`
+	LoadOfRawBracketPerRun benchutil.Stats `json:"load_of_raw_bracket_per_run"`
+	// Runs are the rounds one by one: where each load's time went.
+	Runs []APIRun `json:"runs"`
+}
+
+// APIRun is one round of an API row.
+type APIRun struct {
+	FioWriteMBps     float64 `json:"fio_write_mb_s"`
+	FioReadMBps      float64 `json:"fio_read_mb_s"`
+	FioReadAfterMBps float64 `json:"fio_read_after_mb_s"`
+	SaveMBps         float64 `json:"save_mb_s"`
+	SaveOfRaw        float64 `json:"save_of_raw"`
+	// LoadMs is the daemon's load_ms: PrepareMs (the RAM file's punch),
+	// PreallocMs (QEMU's populate) and the migration itself (MigrateMs).
+	LoadMs         float64 `json:"load_ms"`
+	PrepareMs      float64 `json:"prepare_ms"`
+	PreallocMs     float64 `json:"prealloc_ms"`
+	MigrateMs      float64 `json:"migrate_ms"`
+	LoadMBps       float64 `json:"load_mb_s"`
+	LoadOfRaw      float64 `json:"load_of_raw"`
+	LoadOfRawBrack float64 `json:"load_of_raw_bracket"`
+	RestoreS       float64 `json:"restore_s"`
+	KeptMiB        float64 `json:"ram_kept_mib"`
+	PunchedMiB     float64 `json:"ram_punched_mib"`
+	LoadAvg        string  `json:"loadavg"`
+	ShmemHugeMiB   float64 `json:"shmem_huge_mib"`
 }
 
 // apiBench runs the API rows: one daemon (testhost, its own btrfs pool),
 // one VM per size, n snapshot/restore rounds each.
-func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResult {
+func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP, smallPages bool) []APIResult {
 	bin := benchutil.Bin(r)
 	memhog := filepath.Join(bin, "memhog")
 	if err := testhost.BuildMemhog(memhog); err != nil {
@@ -72,7 +106,10 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 	}
 	opts := testhost.Options{StorageSizeMiB: 3*maxMiB + 8<<10}
 	if restoreTHP {
-		opts.ExtraArgs = []string{"--vm-restore-thp"}
+		opts.ExtraArgs = append(opts.ExtraArgs, "--vm-restore-thp")
+	}
+	if smallPages {
+		opts.ExtraArgs = append(opts.ExtraArgs, "--vm-ram-small-pages")
 	}
 	h := testhost.New(r, bin, opts)
 	c := h.Client()
@@ -88,7 +125,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 	var out []APIResult
 	for _, mib := range sizes {
 		// The guest kernel needs room beside memhog (its page structs: 1/64 of RAM).
-		res := APIResult{GuestMiB: mib, MemhogMiB: mib - max(192, mib/16), Verified: true, RestoreTHP: restoreTHP}
+		res := APIResult{GuestMiB: mib, MemhogMiB: mib - max(192, mib/16), Verified: true, RestoreTHP: restoreTHP, RAMSmallPages: smallPages}
 		name := fmt.Sprintf("vm%d", mib)
 		h.OK("launch", "busybox", name, "--vm", "-c", "limits.cpu=2", "-c", fmt.Sprintf("limits.memory=%dMiB", mib))
 		h.OK("file", "push", "--mode", "0755", memhog, name+"/root/memhog")
@@ -96,7 +133,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		h.OK("exec", name, "--", "sh", "-c", fmt.Sprintf("setsid /root/memhog %d /root/memhog.ready </dev/null >/dev/null 2>&1 &", res.MemhogMiB))
 		h.OK("exec", name, "--", "sh", "-c", "while [ ! -e /root/memhog.ready ]; do sleep 0.2; done")
 		r.Logf("api %d MiB: memhog filled %d MiB in %s", mib, res.MemhogMiB, time.Since(t0).Round(time.Second))
-		var w, rd, save, load, loadRatio, snapS, restS, frozen, passes, kept, punched []float64
+		var w, rd, save, load, loadRatio, snapS, restS, frozen, passes, kept, punched, saveRatio, brRatio []float64
 		for i := range n {
 			fw, fr := benchutil.RawDisk(r, fioDir, mib)
 			w, rd = append(w, fw), append(rd, fr)
@@ -126,6 +163,7 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 				r.Fatalf("stateful restore of %s: %v", name, err)
 			}
 			restS = append(restS, time.Since(tr).Seconds())
+			la := loadavg()
 			md = op.Metadata
 			// load_ms includes QEMU populating the RAM first (prealloc_ms).
 			load = append(load, mbps(num(md["file_bytes"]), num(md["load_ms"])))
@@ -134,6 +172,18 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 			r.Logf("api %d MiB run %d: load_ms %.0f of which prealloc_ms %.0f, ram kept %.0f MiB (punched %.0f)",
 				mib, i, num(md["load_ms"]), num(md["prealloc_ms"]), kept[i], punched[i])
 			loadRatio = append(loadRatio, benchutil.Ratio(load[i], fr))
+			// The second sample of the raw read, right after the load.
+			fa := benchutil.RawRead(r, fioDir, mib)
+			saveRatio = append(saveRatio, benchutil.Ratio(save[i], fw))
+			brRatio = append(brRatio, benchutil.Ratio(load[i], (fr+fa)/2))
+			run := APIRun{FioWriteMBps: fw, FioReadMBps: fr, FioReadAfterMBps: fa, SaveMBps: save[i], SaveOfRaw: saveRatio[i],
+				LoadMs: num(md["load_ms"]), PrepareMs: num(md["ram_prepare_ms"]), PreallocMs: num(md["prealloc_ms"]),
+				LoadMBps: load[i], LoadOfRaw: loadRatio[i], LoadOfRawBrack: brRatio[i], RestoreS: restS[i],
+				KeptMiB: kept[i], PunchedMiB: punched[i], LoadAvg: la, ShmemHugeMiB: shmemHugeMiB()}
+			run.MigrateMs = run.LoadMs - run.PrepareMs - run.PreallocMs
+			res.Runs = append(res.Runs, run)
+			r.Logf("api %d MiB run %d: load %.0f ms = prepare %.0f + prealloc %.0f + migrate %.0f; fio read before/after %.0f/%.0f MB/s; load %.2f x bracket; loadavg %s; shmem huge %.0f MiB",
+				mib, i, run.LoadMs, run.PrepareMs, run.PreallocMs, run.MigrateMs, fr, fa, brRatio[i], la, run.ShmemHugeMiB)
 			v := h.OK("exec", name, "--", "sh", "-c",
 				"rm -f /root/memhog.ready.verify; kill -USR1 $(pidof memhog) && while [ ! -e /root/memhog.ready.verify ]; do sleep 0.2; done; cat /root/memhog.ready.verify")
 			if strings.TrimSpace(v) != "ok" {
@@ -153,9 +203,24 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP bool) []APIResu
 		res.SaveOfRaw = benchutil.Ratio(res.SaveMBps.Median, res.Raw.WriteMBps.Median)
 		res.LoadOfRaw = benchutil.Ratio(res.LoadMBps.Median, res.Raw.ReadMBps.Median)
 		res.LoadOfRawPerRun = benchutil.Summarise(loadRatio)
+		res.SaveOfRawPerRun = benchutil.Summarise(saveRatio)
+		res.LoadOfRawBracketPerRun = benchutil.Summarise(brRatio)
 		out = append(out, res)
 	}
 	return out
+}
+
+// shmemHugeMiB is the host's shmem in huge pages (/proc/meminfo's
+// ShmemHugePages): whether the VMs' RAM files have them.
+func shmemHugeMiB() float64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "ShmemHugePages:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // num reads a number from an operation's metadata (JSON: float64).
