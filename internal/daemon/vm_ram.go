@@ -103,6 +103,17 @@ func (d *Daemon) removeVMRAM(name string) error {
 	return nil
 }
 
+// hasVMRAM says whether a VM's RAM file exists (before a restore's
+// launch: prepareVMRAM kept it).
+func (d *Daemon) hasVMRAM(name string) bool {
+	f := d.cfg.vmRAMFile(name)
+	if f == "" {
+		return false
+	}
+	_, err := os.Stat(f)
+	return err == nil
+}
+
 // prepareVMRAM readies the RAM file a stateful restore kept for the load of
 // statePath (qemu.PrepareRAMFile); a file it cannot use is removed and the
 // VM loads into fresh RAM (a warning, not an error).
