@@ -100,9 +100,10 @@ type APIRun struct {
 // one VM per size, n snapshot/restore rounds each. With abSmallPages each
 // size has two VMs, one booted while the RAM tmpfs was remounted
 // huge=never (its RAM file in small pages, as --vm-ram-small-pages gives
-// every VM) and one with the daemon's huge=advise, and every round
-// restores both, which goes first alternating: an A/B in one slot, on one
-// pool, with its own fio rounds.
+// every VM) and one with huge=advise, and every round restores both,
+// which goes first alternating, the tmpfs remounted to the arm's option
+// before each (the restore faults the punched pages anew): an A/B in one
+// slot, on one pool, with its own fio rounds.
 func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP, smallPages, abSmallPages bool) []APIResult {
 	bin := benchutil.Bin(r)
 	memhog := filepath.Join(bin, "memhog")
@@ -142,12 +143,14 @@ func apiBench(r *testhost.Runner, sizes []int, n int, restoreTHP, smallPages, ab
 			}
 			launchMemhogVM(r, h, memhog, a.name, mib, a.res.MemhogMiB)
 		}
-		if abSmallPages {
-			remountVMRAM(r, h, smallPages)
-		}
 		for i := range n {
 			for j := range arms {
 				a := arms[(i+j)%len(arms)]
+				if abSmallPages {
+					// The restore's QEMU faults the punched pages in
+					// anew: in the arm's page size.
+					remountVMRAM(r, h, a.small)
+				}
 				a.runs = append(a.runs, apiRound(r, h, fioDir, a.name, mib, len(a.runs), &a.res))
 			}
 		}
