@@ -80,6 +80,12 @@ type APIRun struct {
 	FioReadAfterMBps float64 `json:"fio_read_after_mb_s"`
 	SaveMBps         float64 `json:"save_mb_s"`
 	SaveOfRaw        float64 `json:"save_of_raw"`
+	// SyncMs is the fsync of the state file after the cont (not in
+	// save_ms); SaveDurableMBps the RAM written per second of both, the
+	// way fio's write counts its end_fsync.
+	SyncMs           float64 `json:"sync_ms"`
+	SaveDurableMBps  float64 `json:"save_durable_mb_s"`
+	SaveDurableOfRaw float64 `json:"save_durable_of_raw"`
 	// LoadMs is the daemon's load_ms: PrepareMs (the RAM file's punch),
 	// PreallocMs (QEMU's populate) and the migration itself (MigrateMs).
 	LoadMs         float64 `json:"load_ms"`
@@ -220,6 +226,8 @@ func apiRound(r *testhost.Runner, h *testhost.Host, fioDir, name string, mib, i 
 	rr.snapS = time.Since(ts).Seconds()
 	md := op.Metadata
 	rr.SaveMBps = mbps(num(md["ram_bytes"]), num(md["save_ms"]))
+	rr.SyncMs = num(md["sync_ms"])
+	rr.SaveDurableMBps = mbps(num(md["ram_bytes"]), num(md["save_ms"])+rr.SyncMs)
 	rr.frozen = num(md[api.MetaFrozenMs])
 	rr.passes = num(md["passes"])
 	res.FileBytes = int64(num(md["file_bytes"]))
@@ -247,6 +255,7 @@ func apiRound(r *testhost.Runner, h *testhost.Host, fioDir, name string, mib, i 
 	fa := benchutil.RawRead(r, fioDir, mib)
 	rr.FioWriteMBps, rr.FioReadMBps, rr.FioReadAfterMBps = fw, fr, fa
 	rr.SaveOfRaw = benchutil.Ratio(rr.SaveMBps, fw)
+	rr.SaveDurableOfRaw = benchutil.Ratio(rr.SaveDurableMBps, fw)
 	rr.LoadOfRaw = benchutil.Ratio(rr.LoadMBps, fr)
 	rr.LoadOfRawBrack = benchutil.Ratio(rr.LoadMBps, (fr+fa)/2)
 	v := h.OK("exec", name, "--", "sh", "-c",
