@@ -86,6 +86,11 @@ type APIRun struct {
 	SyncMs           float64 `json:"sync_ms"`
 	SaveDurableMBps  float64 `json:"save_durable_mb_s"`
 	SaveDurableOfRaw float64 `json:"save_durable_of_raw"`
+	// FrozenMs is the snapshot's frozen time (QEMU's stop to the cont),
+	// DowntimeMs QEMU's part of it (the last pass and the device state);
+	// the rest is the disk's snapshot and the cont.
+	FrozenMs   float64 `json:"frozen_ms"`
+	DowntimeMs float64 `json:"downtime_ms"`
 	// LoadMs is the daemon's load_ms: PrepareMs (the RAM file's punch),
 	// PreallocMs (QEMU's populate) and the migration itself (MigrateMs).
 	LoadMs         float64 `json:"load_ms"`
@@ -227,6 +232,7 @@ func apiRound(r *testhost.Runner, h *testhost.Host, fioDir, name string, mib, i 
 	md := op.Metadata
 	rr.SaveMBps = mbps(num(md["ram_bytes"]), num(md["save_ms"]))
 	rr.SyncMs = num(md["sync_ms"])
+	rr.FrozenMs, rr.DowntimeMs = num(md[api.MetaFrozenMs]), num(md["downtime_ms"])
 	rr.SaveDurableMBps = mbps(num(md["ram_bytes"]), num(md["save_ms"])+rr.SyncMs)
 	rr.frozen = num(md[api.MetaFrozenMs])
 	rr.passes = num(md["passes"])
