@@ -193,6 +193,8 @@ func main() {
 	apiSizes := flag.String("api-sizes", "", "guest memory sizes (MiB) of the runs through vessel's API: a VM's `snapshot create/restore --stateful` (empty: none)")
 	apiN := flag.Int("api-n", 3, "runs per size through the API")
 	apiTHP := flag.Bool("api-restore-thp", false, "run the API's daemon with --vm-restore-thp (restores keep transparent huge pages)")
+	apiSmall := flag.Bool("api-ram-small-pages", false, "run the API's daemon with --vm-ram-small-pages (the VMs' RAM files in small pages only)")
+	apiAB := flag.Bool("api-ab-small-pages", false, "two VMs per API size, one booted with the RAM tmpfs remounted huge=never (small pages) and one huge=advise; each round restores both, alternating which goes first")
 	flag.Parse()
 
 	r := testhost.NewRunner()
@@ -257,7 +259,7 @@ func main() {
 		res.Pools = append(res.Pools, pr)
 	}
 	if *apiSizes != "" {
-		res.API = apiBench(r, ints(r, *apiSizes), *apiN, *apiTHP)
+		res.API = apiBench(r, ints(r, *apiSizes), *apiN, *apiTHP, *apiSmall, *apiAB)
 		r.Logf("api: %s", jsonString(res.API))
 	}
 	res.LoadAvgEnd = loadavg()

@@ -111,6 +111,9 @@ type Config struct {
 	// of a shared RAM file a stateful restore hands to the next QEMU
 	// (vm_ram.go).
 	VMAnonymousRAM bool
+	// VMRAMSmallPages gives the RAM files' tmpfs huge=never instead of
+	// huge=advise (vmRAMHugeOption), for comparison.
+	VMRAMSmallPages bool
 
 	// Subuid and Subgid are the subordinate id files unprivileged
 	// containers take their ids from (default /etc/subuid, /etc/subgid).

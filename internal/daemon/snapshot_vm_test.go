@@ -387,6 +387,10 @@ func TestVMRestoreKeepsRAM(t *testing.T) {
 	if nv == v || len(nv.ramAtStart) != len(stale) {
 		t.Fatalf("new qemu started on %d bytes of ram file", len(nv.ramAtStart))
 	}
+	// Into kept RAM the new QEMU keeps transparent huge pages.
+	if nv.cfg.NoTHP {
+		t.Errorf("the qemu restoring into kept ram runs without transparent huge pages")
+	}
 	for p := range 4 {
 		pg := nv.ramAtStart[p*qemutest.PageSize : (p+1)*qemutest.PageSize]
 		want := byte(0)
@@ -416,6 +420,9 @@ func TestVMRestoreKeepsRAM(t *testing.T) {
 	}
 	if nv = td.fvm.vm("vm1"); nv.ramAtStart != nil {
 		t.Errorf("restored onto a ram file (%d bytes) the state could not clear", len(nv.ramAtStart))
+	}
+	if !nv.cfg.NoTHP {
+		t.Errorf("the qemu restoring into fresh ram has transparent huge pages")
 	}
 
 	// A stop removes the file.

@@ -169,10 +169,14 @@ func (d *Daemon) launchVMWith(ctx context.Context, inst *instance, load func(con
 	}
 	r := revert.New()
 	defer r.Fail()
-	// A restore's QEMU faults all its RAM in as it loads it: without
-	// transparent huge pages unless configured (internal/qemu/thp.go).
-	// It maps the RAM file the stopped QEMU left (vm_ram.go).
-	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, vmSpawn{incoming: load != nil, noTHP: load != nil && !d.cfg.VMRestoreTHP, keepRAM: load != nil})
+	// A restore's QEMU maps the RAM file the stopped QEMU left, if the
+	// restore kept it (vm_ram.go). Into fresh RAM it faults all its RAM in
+	// as it loads it: without transparent huge pages unless configured
+	// (internal/qemu/thp.go). Into kept RAM it faults nothing new but the
+	// punched pages and keeps them: it maps the kept file's huge pages
+	// with one entry each, and a KVM guest keeps their TLB reach.
+	noTHP := load != nil && !d.cfg.VMRestoreTHP && !d.hasVMRAM(name)
+	proc, qcfg, _, err := d.spawnVM(ctx, r, rec, size, vmSpawn{incoming: load != nil, noTHP: noTHP, keepRAM: load != nil})
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vesselhost/vessel/internal/qemu"
 )
@@ -47,12 +50,46 @@ func (c *Config) vmRAMFile(name string) string {
 }
 
 // mountVMRAMTmpfs mounts the RAM files' tmpfs (size=0: no limit of its
-// own), or finds it from an earlier start.
+// own), or finds it from an earlier start, with huge pages as
+// vmRAMHugeOption says.
 func (c *Config) mountVMRAMTmpfs() error {
 	if c.VMAnonymousRAM {
 		return nil
 	}
-	return mountOwnTmpfs(c.vmRAMRoot(), vmRAMTmpfsSource, "size=0,", true)
+	huge := c.vmRAMHugeOption()
+	if err := mountOwnTmpfs(c.vmRAMRoot(), vmRAMTmpfsSource, "size=0,"+huge+",", true); err != nil {
+		return err
+	}
+	// A mount an earlier start left keeps its options until remounted
+	// (files that exist keep the pages they have).
+	if err := unix.Mount("", c.vmRAMRoot(), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, huge); err != nil {
+		return fmt.Errorf("remount %s with %s: %w", c.vmRAMRoot(), huge, err)
+	}
+	return nil
+}
+
+// vmRAMHugeOption is the RAM tmpfs's huge= option. huge=advise gives a
+// VM's RAM file 2 MiB pages where the QEMU faulting them allows it: QEMU
+// madvise(MADV_HUGEPAGE)s its guest RAM, so a booted VM's pages are huge,
+// while a restore's QEMU, started with THP disabled (Config.NoTHP), faults
+// small ones. What it buys is the restore's populate of kept RAM: mapping
+// a kept 2 MiB page is one fault for its 512 entries (the kernel maps a
+// shmem folio whole), where small pages are one fault each; a scratch
+// probe mapping a kept 2 GiB file (MADV_POPULATE_WRITE, THP disabled)
+// took 0.13-0.16 s against 0.63-0.82 s. A KVM guest gets the TLB reach of
+// huge pages too, until its first restore.
+func (c *Config) vmRAMHugeOption() string {
+	if c.VMRAMSmallPages || !hostHasTHP() {
+		return "huge=never"
+	}
+	return "huge=advise"
+}
+
+// hostHasTHP says whether the kernel has transparent huge pages: one
+// without refuses a tmpfs huge= option other than never.
+func hostHasTHP() bool {
+	_, err := os.Stat("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+	return err == nil
 }
 
 // unmountVMRAMTmpfs undoes mountVMRAMTmpfs (with no VM running).
@@ -71,6 +108,17 @@ func (d *Daemon) removeVMRAM(name string) error {
 		return err
 	}
 	return nil
+}
+
+// hasVMRAM says whether a VM's RAM file exists (before a restore's
+// launch: prepareVMRAM kept it).
+func (d *Daemon) hasVMRAM(name string) bool {
+	f := d.cfg.vmRAMFile(name)
+	if f == "" {
+		return false
+	}
+	_, err := os.Stat(f)
+	return err == nil
 }
 
 // prepareVMRAM readies the RAM file a stateful restore kept for the load of

@@ -219,7 +219,10 @@ func (c Config) Args() ([]string, error) {
 		"-m", strconv.Itoa(c.MemoryMiB),
 	)
 	if c.RAMFile != "" {
-		a = append(a, "-object", "memory-backend-file,id="+c.RAMBlockName()+",size="+strconv.Itoa(c.MemoryMiB)+"M,mem-path="+c.RAMFile+",share=on")
+		// align=2M: QEMU maps a file at its page size's alignment (4 KiB
+		// on tmpfs) unless told, and a mapping off a 2 MiB boundary gets
+		// no huge pages of a tmpfs with huge= set (vessel's RAM tmpfs).
+		a = append(a, "-object", "memory-backend-file,id="+c.RAMBlockName()+",size="+strconv.Itoa(c.MemoryMiB)+"M,mem-path="+c.RAMFile+",share=on,align=2M")
 	}
 	a = append(a,
 		// A guest's reboot resets the machine and QEMU goes on (the

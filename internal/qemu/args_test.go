@@ -210,7 +210,7 @@ func TestArgsRAMFile(t *testing.T) {
 	if m := values(a, "-machine"); len(m) != 1 || m[0] != "q35,memory-backend=pc.ram" {
 		t.Errorf("machine %q", m)
 	}
-	if o := values(a, "-object"); !slices.Equal(o, []string{"memory-backend-file,id=pc.ram,size=512M,mem-path=/run/vessel/vm-ram/vm1.ram,share=on"}) {
+	if o := values(a, "-object"); !slices.Equal(o, []string{"memory-backend-file,id=pc.ram,size=512M,mem-path=/run/vessel/vm-ram/vm1.ram,share=on,align=2M"}) {
 		t.Errorf("objects %q", o)
 	}
 	c.Machine = MachineMicroVM

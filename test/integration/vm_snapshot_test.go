@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,6 +22,24 @@ func guestFile(t *testing.T, image, path string) string {
 		t.Fatalf("debugfs %s: %v", image, err)
 	}
 	return string(out)
+}
+
+// mappingStart is the start address of process pid's mapping of file
+// (/proc/PID/maps).
+func mappingStart(pid int, file string) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[5] != file {
+			continue
+		}
+		lo, _, _ := strings.Cut(f[0], "-")
+		return strconv.ParseUint(lo, 16, 64)
+	}
+	return 0, fmt.Errorf("pid %d does not map %s", pid, file)
 }
 
 // TestVMSnapshotStateful drives a VM's snapshots through the CLI (busybox
@@ -46,6 +66,9 @@ func TestVMSnapshotStateful(t *testing.T) {
 	qemuPid := h.instances()["vm1"].PID
 	if off, err := qemu.THPDisabled(qemuPid); err != nil || off {
 		t.Errorf("booted qemu %d: transparent huge pages disabled %v (%v), want false", qemuPid, off, err)
+	}
+	if start, err := mappingStart(qemuPid, filepath.Join(h.RunDir(), "vm-ram", "vm1.ram")); err != nil || start%(2<<20) != 0 {
+		t.Errorf("booted qemu maps its RAM file at %#x (%v), want a 2 MiB boundary", start, err)
 	}
 
 	h.OK("snapshot", "create", "vm1", "s1", "--stateful")
@@ -111,10 +134,15 @@ func TestVMSnapshotStateful(t *testing.T) {
 	if i.Status != api.StatusRunning || i.PID == qemuPid {
 		t.Fatalf("after restore: %+v (qemu was %d)", i, qemuPid)
 	}
-	// The restore's QEMU runs without transparent huge pages (the load
-	// faults its RAM in; vesseld's default), the booted one with them.
-	if off, err := qemu.THPDisabled(i.PID); err != nil || !off {
-		t.Errorf("restored qemu %d: transparent huge pages disabled %v (%v), want true", i.PID, off, err)
+	// The restore kept the RAM file: its QEMU keeps transparent huge
+	// pages (it faults in only the punched pages; into fresh RAM it would
+	// start without them), and maps the file at a 2 MiB boundary, where
+	// the file's huge pages can be mapped whole.
+	if off, err := qemu.THPDisabled(i.PID); err != nil || off {
+		t.Errorf("restored qemu %d: transparent huge pages disabled %v (%v), want false", i.PID, off, err)
+	}
+	if start, err := mappingStart(i.PID, ramFile); err != nil || start%(2<<20) != 0 {
+		t.Errorf("restored qemu maps %s at %#x (%v), want a 2 MiB boundary", ramFile, start, err)
 	}
 	if got := h.OK("exec", "vm1", "--", "cat", "/mnt/ram/x", "/root/before"); got != "ram1\nbefore\n" {
 		t.Errorf("after restore: %q, want the snapshot's tmpfs file and disk", got)
