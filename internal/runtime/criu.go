@@ -65,7 +65,28 @@ func startCriuService(path, images, work string, inherit ...*os.File) (_ *criuSe
 		return nil, fmt.Errorf("start criu: %w", err)
 	}
 	s.cmd = cmd
+	// Only CRIU holds its end now: a CRIU that dies before it answers
+	// hangs up.
+	srv.Close()
+	if err := criuReady(s.sk); err != nil {
+		return nil, fmt.Errorf("start criu: %w", err)
+	}
 	return s, nil
+}
+
+// criuReady waits until a CRIU service started on sk reads requests: it
+// asks for CRIU's version and keeps the service open for the real
+// request. A worker takes several milliseconds to get there (its exec,
+// the loader, the kernel probes it runs before its first request: patch
+// 0028), which a caller that sends its request in a frozen window would
+// otherwise wait for there.
+func criuReady(sk *os.File) error {
+	req, err := proto.Marshal(&rpc.CriuReq{Type: rpc.CriuReqType_VERSION.Enum(), KeepOpen: proto.Bool(true)})
+	if err != nil {
+		return err
+	}
+	_, err = criuExchange(sk, rpc.CriuReqType_VERSION, req)
+	return err
 }
 
 // dumpCall sends the dump request and returns CRIU's answer; the caller
@@ -89,6 +110,12 @@ func criuCall(sk *os.File, typ rpc.CriuReqType, opts *rpc.CriuOpts) (*rpc.CriuRe
 	if err != nil {
 		return nil, err
 	}
+	return criuExchange(sk, typ, req)
+}
+
+// criuExchange sends one marshalled request of type typ and reads CRIU's
+// answer to it.
+func criuExchange(sk *os.File, typ rpc.CriuReqType, req []byte) (*rpc.CriuResp, error) {
 	if _, err := sk.Write(req); err != nil {
 		return nil, fmt.Errorf("criu request: %w", err)
 	}
