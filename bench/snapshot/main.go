@@ -31,7 +31,9 @@
 //
 // It prints JSON (medians over -n runs). With -criu-b, every run of a mode
 // is done twice in a row, with the default criu and with the one given
-// (mode MODE@b): a same-run A/B of a CRIU change.
+// (mode MODE@b): a same-run A/B of a CRIU change. With VESSEL_KEEP_LOGS=DIR
+// the daemon's log and CRIU's log of every dump and restore are kept there
+// (NAME-SNAP-dump.log, NAME-SNAP-restore.log).
 //
 //	go run ./bench/snapshot -n 5 -sizes 0,256,1024
 //	go run ./bench/snapshot -n 10 -sizes 1024 -modes vessel,vessel-frozen -criu-b /path/to/other/criu
@@ -327,6 +329,7 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		b.r.Fatalf("stateful snapshot of %s (%s): %v", name, mode, err)
 	}
 	s.total = append(s.total, benchutil.Ms(time.Since(t0)))
+	b.keepCRIULog(name, "dump", snap)
 	md := op.Metadata
 	mr.PageBytes = uint64(num(md["page_bytes"]))
 	s.frozen = append(s.frozen, num(md[api.MetaFrozenMs]))
@@ -362,6 +365,7 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 		b.r.Fatalf("stateful restore of %s (%s): %v", name, mode, err)
 	}
 	s.restoreOp = append(s.restoreOp, benchutil.Ms(time.Since(t0)))
+	b.keepCRIULog(name, "restore", snap)
 	rms := num(op.Metadata["restore_ms"])
 	s.restore = append(s.restore, rms)
 	s.rrate = append(s.rrate, mbps(mr.PageBytes, rms))
@@ -380,6 +384,31 @@ func (b *bench) statefulOnce(name, v, mode string, i int, memhog bool, s *sample
 	}
 	b.r.Logf("%s %s: frozen %.0f ms, dump %.0f ms, memory %s, write %.0f MB/s%s, restore %.0f ms (%.0f MB/s = %.2f x this round's fio read, %.2f x it and the read after; first touch %.0f MB/s; the whole operation %.0f ms)",
 		name, v, s.frozen[i], s.dump[i], mr.Memory, s.wrate[i], after, rms, s.rrate[i], s.rratio[i], s.bratio[i], b.touch[len(b.touch)-1], s.restoreOp[i])
+}
+
+// keepCRIULog copies CRIU's log of the dump or restore (step) that made
+// or restored snap of container name into $VESSEL_KEEP_LOGS as
+// NAME-SNAP-STEP.log, where it is set: the daemon keeps only the last one
+// (its work directory, RUN/criu/NAME/STEP), and per-run breakdowns of the
+// frozen dump and of the restore need each (scripts/criu-log-profile.py).
+func (b *bench) keepCRIULog(name, step, snap string) {
+	dir := os.Getenv(testhost.KeepLogsEnv)
+	if dir == "" {
+		return
+	}
+	src := filepath.Join(b.h.RunDir(), "criu", name, step, step+".log")
+	data, err := os.ReadFile(src)
+	if err != nil {
+		b.r.Logf("keep %s: %v", src, err)
+		return
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		b.r.Logf("keep %s: %v", src, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%s.log", name, snap, step)), data, 0o600); err != nil {
+		b.r.Logf("keep %s: %v", src, err)
+	}
 }
 
 func (s *samples) summarise() ModeResult {
